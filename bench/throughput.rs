@@ -1,0 +1,87 @@
+//! Inner-step throughput of the default model: atoll's `Trainer::step` against a minimal
+//! plain burn loop (same model, batch, optimizer) on each CPU backend.
+//!
+//! `cargo bench --bench throughput -- [--steps N] [--backend flex|ndarray|all]`
+//! Thread count follows rayon (`RAYON_NUM_THREADS=1` for one core).
+
+use std::time::Instant;
+
+use atoll::backend::Backend;
+use atoll::data::{Corpus, Shard};
+use atoll::train::{to_tensors, TrainConfig, Trainer};
+use burn::grad_clipping::GradientClippingConfig;
+use burn::optim::{AdamWConfig, GradientsParams};
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
+    let steps: usize = value("--steps").map(|s| s.parse()).transpose()?.unwrap_or(30);
+    let backends: Vec<Backend> = match value("--backend").as_deref() {
+        None | Some("all") => Backend::ALL.to_vec(),
+        Some(name) => vec![name.parse().map_err(anyhow::Error::msg)?],
+    };
+    let corpus = Corpus::embedded()?;
+    let config = TrainConfig::default();
+    let tokens = config.tokens_per_step();
+    println!(
+        "model: d_model {} layers {} heads {} context {}; batch {} ({tokens} tokens/step); {steps} steps; rayon threads {}",
+        config.model.d_model,
+        config.model.n_layers,
+        config.model.n_heads,
+        config.model.context,
+        config.batch,
+        std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "default".into())
+    );
+    println!("| backend | atoll tok/s | plain burn tok/s | ratio |");
+    println!("|---|---:|---:|---:|");
+    for backend in backends {
+        // Two rounds, interleaved, keep the best of each: the machine is shared and noisy.
+        let (mut atoll_best, mut plain_best) = (0.0f64, 0.0f64);
+        for _ in 0..2 {
+            atoll_best = atoll_best.max(atoll_loop(&config, backend, &corpus, steps)?);
+            plain_best = plain_best.max(plain_loop(&config, backend, &corpus, steps)?);
+        }
+        println!("| {backend} | {atoll_best:.0} | {plain_best:.0} | {:.3} |", atoll_best / plain_best);
+    }
+    Ok(())
+}
+
+/// Tokens per second of atoll's trainer (data pipeline, schedule, loss readback included).
+fn atoll_loop(config: &TrainConfig, backend: Backend, corpus: &Corpus, steps: usize) -> anyhow::Result<f64> {
+    let mut trainer = Trainer::new(config.clone(), backend, corpus, Shard::WHOLE)?;
+    for _ in 0..3 {
+        trainer.step();
+    }
+    let start = Instant::now();
+    for _ in 0..steps {
+        trainer.step();
+    }
+    Ok((steps * config.tokens_per_step()) as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Tokens per second of the textbook burn loop on one fixed batch.
+fn plain_loop(config: &TrainConfig, backend: Backend, corpus: &Corpus, steps: usize) -> anyhow::Result<f64> {
+    let device = backend.train_device();
+    device.seed(config.seed);
+    let mut model = config.model.init(&device);
+    let mut optim = AdamWConfig::new()
+        .with_weight_decay(config.weight_decay)
+        .with_grad_clipping(Some(GradientClippingConfig::Norm(config.clip_norm)))
+        .init();
+    let data = atoll::data::Dataset::new(corpus, config.model.context, config.seed, Shard::WHOLE)?;
+    let batch = data.train_batch(0, config.batch);
+    let mut run = |n: usize| {
+        for _ in 0..n {
+            let (inputs, targets) = to_tensors(&batch, &device);
+            let loss = model.loss(inputs, targets);
+            let grads = GradientsParams::from_grads(loss.backward(), &model);
+            model = optim.step(1e-3, model.clone(), grads);
+        }
+    };
+    run(3);
+    let start = Instant::now();
+    run(steps);
+    // Make sure queued work is done before the clock stops.
+    device.sync().map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    Ok((steps * config.tokens_per_step()) as f64 / start.elapsed().as_secs_f64())
+}

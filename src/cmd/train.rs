@@ -1,0 +1,180 @@
+//! `atoll train`: one peer alone, with progress, validation, metrics and checkpoints.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::Context;
+use atoll::backend::Backend;
+use atoll::checkpoint;
+use atoll::data::{Corpus, Shard};
+use atoll::metrics::{bits_per_byte, MetricsLog, MetricsRecord};
+use atoll::train::{TrainConfig, Trainer};
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// Arguments of `atoll train`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Train until this many inner steps in total (a resumed run counts its earlier steps).
+    #[arg(long, default_value_t = 300)]
+    pub steps: u64,
+    /// Directory for checkpoint, metrics.jsonl and logs; an existing checkpoint is resumed.
+    #[arg(long)]
+    pub run_dir: PathBuf,
+    /// Train on this UTF-8 text file or directory instead of the embedded corpus.
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Run seed: initial weights and data shuffle.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// This peer's data shard, `I/N`.
+    #[arg(long, default_value = "0/1")]
+    pub shard: Shard,
+    /// CPU backend.
+    #[arg(long, default_value = "flex")]
+    pub backend: Backend,
+    /// Start from scratch even if the run dir holds a checkpoint (it is overwritten).
+    #[arg(long)]
+    pub fresh: bool,
+    /// Write a checkpoint every this many steps (and at the end).
+    #[arg(long, default_value_t = 100)]
+    pub checkpoint_every: u64,
+    #[command(flatten)]
+    pub hyper: Hyper,
+}
+
+/// Model and optimizer settings (defaults are the shared default of `train` and the swarm).
+#[derive(Debug, Clone, clap::Args)]
+pub struct Hyper {
+    /// Windows per batch.
+    #[arg(long)]
+    pub batch: Option<usize>,
+    /// Peak inner learning rate.
+    #[arg(long)]
+    pub lr: Option<f64>,
+    /// Context length in bytes.
+    #[arg(long)]
+    pub context: Option<usize>,
+    /// Width of the model.
+    #[arg(long)]
+    pub d_model: Option<usize>,
+    /// Number of transformer blocks.
+    #[arg(long)]
+    pub layers: Option<usize>,
+    /// Attention heads.
+    #[arg(long)]
+    pub heads: Option<usize>,
+    /// Validation every this many steps.
+    #[arg(long)]
+    pub val_every: Option<u64>,
+}
+
+impl Hyper {
+    /// The default config with these overrides; `steps` sets the cosine horizon.
+    pub fn config(&self, seed: u64, steps: u64) -> TrainConfig {
+        let mut c = TrainConfig { seed, ..TrainConfig::default() };
+        c.schedule.decay_steps = steps.max(1);
+        c.batch = self.batch.unwrap_or(c.batch);
+        c.schedule.peak = self.lr.unwrap_or(c.schedule.peak);
+        c.model.context = self.context.unwrap_or(c.model.context);
+        c.model.d_model = self.d_model.unwrap_or(c.model.d_model);
+        c.model.d_ff = 4 * c.model.d_model;
+        c.model.n_layers = self.layers.unwrap_or(c.model.n_layers);
+        c.model.n_heads = self.heads.unwrap_or(c.model.n_heads);
+        c.val_every = self.val_every.unwrap_or(c.val_every);
+        c
+    }
+}
+
+/// Loads `--data` or the embedded corpus.
+pub fn load_corpus(data: Option<&Path>) -> anyhow::Result<Corpus> {
+    Ok(match data {
+        Some(path) => Corpus::load(path)?,
+        None => Corpus::embedded()?,
+    })
+}
+
+pub fn main(args: Args) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.run_dir)
+        .with_context(|| format!("cannot create run dir {}", args.run_dir.display()))?;
+    let corpus = load_corpus(args.data.as_deref())?;
+    let ckpt_path = checkpoint::path_in(&args.run_dir);
+    let mut trainer = if ckpt_path.exists() && !args.fresh {
+        let ckpt = checkpoint::load(&ckpt_path)?;
+        tracing::info!(step = ckpt.meta.state.step, path = %ckpt_path.display(), "resuming from checkpoint");
+        ckpt.into_trainer(&corpus)?
+    } else {
+        let config = args.hyper.config(args.seed, args.steps);
+        Trainer::new(config, args.backend, &corpus, args.shard)?
+    };
+    let params = trainer.model().num_params();
+    tracing::info!(
+        corpus = corpus.name(),
+        train_bytes = trainer.dataset().train_bytes(),
+        val_bytes = trainer.dataset().val_bytes(),
+        params,
+        backend = %trainer.backend(),
+        "training"
+    );
+    run_loop(&mut trainer, &args, &corpus)
+}
+
+fn run_loop(trainer: &mut Trainer, args: &Args, corpus: &Corpus) -> anyhow::Result<()> {
+    let start_step = trainer.state().step;
+    if start_step >= args.steps {
+        println!("run dir already holds step {start_step} >= --steps {}; nothing to do", args.steps);
+        return Ok(());
+    }
+    let log = MetricsLog::new(&args.run_dir);
+    let bar = progress_bar(args.steps, start_step);
+    let started = Instant::now();
+    let (mut window_loss, mut window_steps, mut window_start, mut window_tokens) = (0.0, 0u64, Instant::now(), 0u64);
+    let val_every = trainer.config().val_every;
+    while trainer.state().step < args.steps {
+        let stats = trainer.step();
+        anyhow::ensure!(stats.loss.is_finite(), "training diverged at step {} (loss {})", trainer.state().step, stats.loss);
+        window_loss += f64::from(stats.loss);
+        window_steps += 1;
+        window_tokens += stats.tokens as u64;
+        let step = trainer.state().step;
+        let tok_s = window_tokens as f64 / window_start.elapsed().as_secs_f64().max(1e-9);
+        bar.set_position(step);
+        bar.set_message(format!("loss {:.3}  {:.0} tok/s", stats.loss, tok_s));
+        if step % val_every == 0 || step == args.steps {
+            let val_loss = trainer.evaluate();
+            let record = MetricsRecord {
+                step,
+                tokens: trainer.state().tokens,
+                train_loss: window_loss / window_steps as f64,
+                val_loss,
+                val_bpb: bits_per_byte(val_loss),
+                tokens_per_s: tok_s,
+                wall_s: started.elapsed().as_secs_f64(),
+            };
+            log.append(&record).context("cannot append to metrics.jsonl")?;
+            bar.suspend(|| {
+                tracing::info!(step, train_loss = format!("{:.3}", record.train_loss), val_bpb = format!("{:.3}", record.val_bpb), tokens_per_s = format!("{tok_s:.0}"), "validation")
+            });
+            (window_loss, window_steps, window_start, window_tokens) = (0.0, 0, Instant::now(), 0);
+        }
+        if step % args.checkpoint_every == 0 || step == args.steps {
+            checkpoint::save(trainer, trainer.dataset().shard(), corpus, &args.run_dir)?;
+        }
+    }
+    bar.finish_and_clear();
+    println!(
+        "trained {} steps in {:.1} s; checkpoint {}",
+        args.steps - start_step,
+        started.elapsed().as_secs_f64(),
+        checkpoint::path_in(&args.run_dir).display()
+    );
+    Ok(())
+}
+
+fn progress_bar(total: u64, position: u64) -> ProgressBar {
+    let bar = ProgressBar::new(total).with_position(position);
+    let style = ProgressStyle::with_template("{spinner} step {pos}/{len} [{bar:30}] {msg}  ETA {eta}")
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ");
+    bar.set_style(style);
+    bar
+}

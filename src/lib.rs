@@ -1,0 +1,21 @@
+//! atoll: a leaderless peer-to-peer trainer for language models (Decoupled DiLoCo).
+//!
+//! Modules and their jobs:
+//! - [`backend`]: which burn CPU backend runs the model (burn-flex by default, burn-ndarray).
+//! - [`model`]: the byte-level decoder-only transformer; [`model::params`] reads and writes
+//!   its tensors as flat `f32` buffers, fragment by fragment.
+//! - [`fragment`]: the deterministic split of the parameters into `P` fragments.
+//! - [`data`]: the embedded corpus or a text path, validation split, per-peer shards, batches.
+//! - [`train`]: the inner loop (AdamW, warm-up + cosine, clipping) and its counters.
+//! - [`checkpoint`]: atomic, checksummed checkpoints of model + optimizer + counters.
+//! - [`metrics`]: the `metrics.jsonl` record of validation passes.
+//! - [`sample`]: text generation from a trained model.
+
+pub mod backend;
+pub mod checkpoint;
+pub mod data;
+pub mod fragment;
+pub mod metrics;
+pub mod model;
+pub mod sample;
+pub mod train;

@@ -1,0 +1,43 @@
+//! The `atoll` command line. Only the binary knows clap, anyhow and the tracing subscriber.
+
+mod cmd;
+
+use clap::{Parser, Subcommand};
+
+/// atoll: a leaderless peer-to-peer trainer for language models.
+#[derive(Debug, Parser)]
+#[command(name = "atoll", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Train one peer alone on the embedded corpus (or --data).
+    Train(cmd::train::Args),
+    /// Print text generated from the latest checkpoint of a run dir.
+    Sample(cmd::sample::Args),
+    /// Start a peer: join the swarm of a run (see --no-train for a pure bootstrap node).
+    Run(cmd::run::Args),
+    /// Print the status of a running (or stopped) peer.
+    Status(cmd::status::Args),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    cmd::init_tracing();
+    let result = match cli.command {
+        Command::Train(args) => cmd::train::main(args),
+        Command::Sample(args) => cmd::sample::main(args),
+        Command::Run(args) => cmd::run::main(args),
+        Command::Status(args) => cmd::status::main(args),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,255 @@
+//! The inner loop: one peer's AdamW training of its own copy of the model.
+//!
+//! The trainer owns model, optimizer and data stream and knows nothing of the network.
+//! Batches depend only on `(seed, shard, step)` (see [`crate::data`]), so a trainer rebuilt
+//! from a checkpoint continues exactly where it stopped.
+
+pub mod schedule;
+
+use burn::grad_clipping::GradientClippingConfig;
+use burn::module::Module;
+use burn::optim::{AdamWConfig, GradientsParams, ModuleOptimizer};
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use serde::{Deserialize, Serialize};
+
+use crate::backend::Backend;
+use crate::data::{Batch, Corpus, DataError, Dataset, Shard};
+use crate::model::{Lm, ModelConfig, ModelConfigError};
+
+pub use schedule::LrSchedule;
+
+/// Everything that shapes one peer's inner training. Part of the run manifest later.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrainConfig {
+    pub model: ModelConfig,
+    /// Windows per batch; tokens per step = `batch * model.context`.
+    pub batch: usize,
+    /// Learning-rate schedule of the inner AdamW.
+    pub schedule: LrSchedule,
+    pub beta1: f32,
+    pub beta2: f32,
+    pub weight_decay: f32,
+    /// Gradient clipping by L2 norm (burn clips each parameter tensor's gradient).
+    pub clip_norm: f32,
+    /// Run seed: initial weights and the data shuffle.
+    pub seed: u64,
+    /// Validation every this many steps (and at the end).
+    pub val_every: u64,
+    /// Batches in one validation pass.
+    pub val_batches: usize,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        Self {
+            model: ModelConfig::new(),
+            batch: 16,
+            schedule: LrSchedule::default(),
+            beta1: 0.9,
+            beta2: 0.95,
+            weight_decay: 0.1,
+            clip_norm: 1.0,
+            seed: 0,
+            val_every: 50,
+            val_batches: 8,
+        }
+    }
+}
+
+/// A training configuration that makes no sense, or data that does not fit it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TrainError {
+    #[error(transparent)]
+    Model(#[from] ModelConfigError),
+    #[error(transparent)]
+    Data(#[from] DataError),
+    #[error("invalid training setting: {0}")]
+    Setting(String),
+}
+
+impl TrainConfig {
+    /// A model small enough for tests and examples (about 30k parameters, milliseconds per
+    /// step).
+    pub fn tiny(seed: u64) -> Self {
+        let mut c = Self { seed, batch: 4, val_batches: 2, ..Self::default() };
+        c.model = ModelConfig::new().with_d_model(32).with_n_layers(1).with_n_heads(2).with_d_ff(64).with_context(16);
+        c.schedule.warmup = 2;
+        c.schedule.decay_steps = 100;
+        c
+    }
+
+    /// Rejects settings that cannot train.
+    pub fn validate(&self) -> Result<(), TrainError> {
+        self.model.validate()?;
+        let bad = |what: &str| Err(TrainError::Setting(what.to_owned()));
+        if self.batch == 0 || self.batch > 4096 {
+            return bad("batch must be between 1 and 4096");
+        }
+        if !(0.0..1.0).contains(&self.beta1) || !(0.0..1.0).contains(&self.beta2) {
+            return bad("beta1 and beta2 must lie in [0, 1)");
+        }
+        if !(self.weight_decay >= 0.0 && self.clip_norm > 0.0) {
+            return bad("weight_decay must be >= 0 and clip_norm > 0");
+        }
+        if self.val_every == 0 || self.val_batches == 0 {
+            return bad("val_every and val_batches must be at least 1");
+        }
+        self.schedule.validate().map_err(TrainError::Setting)
+    }
+
+    /// Tokens processed by one inner step.
+    pub fn tokens_per_step(&self) -> usize {
+        self.batch * self.model.context
+    }
+}
+
+/// Counters that advance with every inner step (saved in checkpoints).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrainState {
+    /// Inner steps taken; also the data position (batches are a function of it).
+    pub step: u64,
+    /// Tokens trained on.
+    pub tokens: u64,
+}
+
+/// What one inner step reports.
+#[derive(Debug, Clone, Copy)]
+pub struct StepStats {
+    pub loss: f32,
+    pub lr: f64,
+    pub tokens: usize,
+}
+
+/// One peer's model, optimizer and data stream.
+pub struct Trainer {
+    config: TrainConfig,
+    backend: Backend,
+    device: Device,
+    model: Lm,
+    optim: ModuleOptimizer,
+    data: Dataset,
+    state: TrainState,
+}
+
+impl std::fmt::Debug for Trainer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Trainer").field("config", &self.config).field("state", &self.state).finish_non_exhaustive()
+    }
+}
+
+impl Trainer {
+    /// A fresh trainer: weights initialised from the run seed (the same on every peer).
+    pub fn new(config: TrainConfig, backend: Backend, corpus: &Corpus, shard: Shard) -> Result<Self, TrainError> {
+        config.validate()?;
+        let data = Dataset::new(corpus, config.model.context, config.seed, shard)?;
+        let device = backend.train_device();
+        device.seed(config.seed);
+        let model = config.model.init(&device);
+        let optim = optimizer(&config);
+        Ok(Self { config, backend, device, model, optim, data, state: TrainState::default() })
+    }
+
+    /// One AdamW step on the next batch of this peer's shard.
+    pub fn step(&mut self) -> StepStats {
+        let batch = self.data.train_batch(self.state.step, self.config.batch);
+        let (inputs, targets) = to_tensors(&batch, &self.device);
+        let loss = self.model.loss(inputs, targets);
+        let loss_value = loss.clone().into_scalar::<f32>();
+        let grads = GradientsParams::from_grads(loss.backward(), &self.model);
+        let lr = self.config.schedule.at(self.state.step);
+        self.model = self.optim.step(lr, self.model.clone(), grads);
+        self.state.step += 1;
+        self.state.tokens += batch.tokens() as u64;
+        StepStats { loss: loss_value, lr, tokens: batch.tokens() }
+    }
+
+    /// Mean validation loss in nats per byte over the fixed validation set.
+    pub fn evaluate(&self) -> f64 {
+        let model = self.model.valid();
+        let device = self.backend.device();
+        let batches = self.data.val_batches(self.config.val_batches, self.config.batch);
+        let total: f64 = batches
+            .iter()
+            .map(|b| {
+                let (inputs, targets) = to_tensors(b, &device);
+                f64::from(model.loss(inputs, targets).into_scalar::<f32>())
+            })
+            .sum();
+        total / batches.len() as f64
+    }
+
+    pub fn config(&self) -> &TrainConfig {
+        &self.config
+    }
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+    pub fn state(&self) -> TrainState {
+        self.state
+    }
+    pub fn model(&self) -> &Lm {
+        &self.model
+    }
+    /// Mutable model access, for writing merged fragments between two steps.
+    pub fn model_mut(&mut self) -> &mut Lm {
+        &mut self.model
+    }
+    pub fn dataset(&self) -> &Dataset {
+        &self.data
+    }
+
+    /// Parts for a checkpoint: model and optimizer state as burnpack bytes.
+    pub(crate) fn snapshot(&self) -> Result<(Vec<u8>, Vec<u8>), burn::store::RecordError> {
+        let model = self.model.clone().into_record().into_bytes()?;
+        let optim = self.optim.into_bytes()?;
+        Ok((model.to_vec(), optim.to_vec()))
+    }
+
+    /// Rebuilds a trainer from checkpoint parts (already integrity-checked).
+    pub(crate) fn restore(
+        config: TrainConfig,
+        backend: Backend,
+        corpus: &Corpus,
+        shard: Shard,
+        state: TrainState,
+        model_bytes: Vec<u8>,
+        optim_bytes: Vec<u8>,
+    ) -> Result<Self, RestoreError> {
+        let mut trainer = Self::new(config, backend, corpus, shard)?;
+        let record = burn::store::ModuleRecord::from_bytes(burn::tensor::Bytes::from_bytes_vec(model_bytes))?;
+        trainer.model = trainer.model.clone().try_load_record(record)?;
+        trainer.optim = optimizer(&trainer.config).from_bytes(burn::tensor::Bytes::from_bytes_vec(optim_bytes))?;
+        trainer.state = state;
+        Ok(trainer)
+    }
+}
+
+/// Errors in rebuilding a trainer from checkpoint parts.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RestoreError {
+    #[error(transparent)]
+    Train(#[from] TrainError),
+    #[error("checkpoint tensors do not fit the model: {0}")]
+    Record(#[from] burn::store::RecordError),
+}
+
+fn optimizer(config: &TrainConfig) -> ModuleOptimizer {
+    AdamWConfig::new()
+        .with_beta_1(config.beta1)
+        .with_beta_2(config.beta2)
+        .with_epsilon(1e-8)
+        .with_weight_decay(config.weight_decay)
+        .with_grad_clipping(Some(GradientClippingConfig::Norm(config.clip_norm)))
+        .init()
+}
+
+/// Input and target tensors `[rows, context]` of a batch.
+pub fn to_tensors(batch: &Batch, device: &Device) -> (Tensor<2, Int>, Tensor<2, Int>) {
+    let shape = [batch.rows, batch.context];
+    let inputs = Tensor::from_data(TensorData::new(batch.inputs.clone(), shape), device);
+    let targets = Tensor::from_data(TensorData::new(batch.targets.clone(), shape), device);
+    (inputs, targets)
+}

@@ -1,0 +1,83 @@
+//! Checkpoints: an exact resume, and every kind of damaged file detected and refused.
+
+use atoll::backend::Backend;
+use atoll::checkpoint::{self, CheckpointError};
+use atoll::data::{Corpus, Shard};
+use atoll::fragment::FragmentPlan;
+use atoll::model::params::{read_fragment, tensor_specs};
+use atoll::train::{TrainConfig, Trainer};
+
+fn all_params(t: &Trainer) -> Vec<u32> {
+    let plan = FragmentPlan::new(&tensor_specs(t.model()), 1).unwrap();
+    read_fragment(t.model(), &plan.fragments[0]).unwrap().iter().map(|v| v.to_bits()).collect()
+}
+
+fn saved_run(dir: &std::path::Path) -> (Corpus, Trainer) {
+    let corpus = Corpus::embedded().unwrap();
+    let shard = Shard { index: 1, count: 2 };
+    let mut t = Trainer::new(TrainConfig::tiny(5), Backend::Flex, &corpus, shard).unwrap();
+    for _ in 0..3 {
+        t.step();
+    }
+    checkpoint::save(&t, shard, &corpus, dir).unwrap();
+    (corpus, t)
+}
+
+#[test]
+fn resume_continues_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let (corpus, mut original) = saved_run(dir.path());
+    let ckpt = checkpoint::load(&checkpoint::path_in(dir.path())).unwrap();
+    assert_eq!(ckpt.meta.state.step, 3);
+    let mut resumed = ckpt.into_trainer(&corpus).unwrap();
+    assert_eq!(resumed.state(), original.state());
+    assert_eq!(all_params(&resumed), all_params(&original));
+    // Same batch, same optimizer moments: the next step is identical.
+    let (a, b) = (original.step(), resumed.step());
+    assert_eq!(a.loss.to_bits(), b.loss.to_bits());
+    assert_eq!(all_params(&resumed), all_params(&original));
+}
+
+fn expect_corrupt(path: &std::path::Path) {
+    match checkpoint::load(path) {
+        Err(CheckpointError::Corrupt { .. }) => {}
+        other => panic!("expected a corrupt-checkpoint error, got {other:?}"),
+    }
+}
+
+#[test]
+fn truncated_flipped_and_foreign_files_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    saved_run(dir.path());
+    let path = checkpoint::path_in(dir.path());
+    let good = std::fs::read(&path).unwrap();
+
+    for cut in [1, 31, 33, good.len() / 2, good.len() - 40] {
+        std::fs::write(&path, &good[..good.len() - cut]).unwrap();
+        expect_corrupt(&path);
+    }
+    for at in [12, 40, good.len() / 3, good.len() - 1] {
+        let mut bad = good.clone();
+        bad[at] ^= 0x10;
+        std::fs::write(&path, &bad).unwrap();
+        expect_corrupt(&path);
+    }
+    std::fs::write(&path, b"").unwrap();
+    expect_corrupt(&path);
+    std::fs::write(&path, b"hello, this is not a checkpoint at all, just some text").unwrap();
+    expect_corrupt(&path);
+    std::fs::write(&path, &good).unwrap();
+    assert!(checkpoint::load(&path).is_ok());
+}
+
+#[test]
+fn a_checkpoint_of_other_data_or_none_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    saved_run(dir.path());
+    let other = Corpus::from_text("other", "a different text. ".repeat(2000).into_bytes()).unwrap();
+    let err = checkpoint::load(&checkpoint::path_in(dir.path())).unwrap().into_trainer(&other).unwrap_err();
+    assert!(matches!(err, CheckpointError::OtherData { .. }), "{err}");
+    let empty = tempfile::tempdir().unwrap();
+    let err = checkpoint::load(&checkpoint::path_in(empty.path())).unwrap_err();
+    assert!(matches!(err, CheckpointError::Missing(_)), "{err}");
+}
