@@ -5,6 +5,9 @@
 //! - [`model`]: the byte-level decoder-only transformer; [`model::params`] reads and writes
 //!   its tensors as flat `f32` buffers, fragment by fragment.
 //! - [`fragment`]: the deterministic split of the parameters into `P` fragments.
+//! - [`delta`]: the outer-delta codec (4/8-bit blockwise + error feedback, zstd, blake3).
+//! - [`proto`]: the I/O-free leaderless protocol core (rounds, grace, merge, reconciliation).
+//! - [`sim`]: the deterministic discrete-event simulator that drives [`proto`].
 //! - [`data`]: the embedded corpus or a text path, validation split, per-peer shards, batches.
 //! - [`train`]: the inner loop (AdamW, warm-up + cosine, clipping) and its counters.
 //! - [`checkpoint`]: atomic, checksummed checkpoints of model + optimizer + counters.
@@ -14,8 +17,11 @@
 pub mod backend;
 pub mod checkpoint;
 pub mod data;
+pub mod delta;
 pub mod fragment;
 pub mod metrics;
 pub mod model;
+pub mod proto;
 pub mod sample;
+pub mod sim;
 pub mod train;

@@ -1,0 +1,367 @@
+//! The outer-delta codec: what a peer sends when it contributes to a fragment's round.
+//!
+//! A delta is `anchor − local_params` for one fragment (DESIGN.md §2.3), a flat `f32`
+//! buffer laid out by [`FragmentSpec`]. On the wire it is quantised blockwise to 8 or 4 bits
+//! with one f32 scale per block (§2.5: 4-bit loses nothing measurable, and the anchor and the
+//! outer optimizer stay f32), optionally zstd-compressed, prefixed by a versioned header
+//! ([`wire`]) and named by its blake3 hash ([`ContentHash`]).
+//!
+//! Error feedback: the part of a delta that quantisation rounds away is kept in
+//! [`ErrorFeedback`] and added to the next delta of the same fragment, so nothing is lost in
+//! the long run, only delayed.
+//!
+//! Decoding treats the bytes as hostile: sizes are checked against the header, the
+//! [`FragmentSpec`] and [`Limits`] before anything is allocated or decompressed, and the
+//! result must be finite. The norm check against recent deltas is [`NormGuard`].
+
+mod hash;
+mod norm;
+mod quant;
+pub mod wire;
+
+pub use hash::ContentHash;
+pub use norm::NormGuard;
+pub use wire::{DELTA_WIRE_VERSION, HEADER_LEN};
+
+use crate::fragment::FragmentSpec;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use wire::{Header, FLAG_ZSTD};
+
+/// How delta values are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Codec {
+    /// Raw little-endian f32 (for ablations and debugging).
+    F32,
+    /// 8-bit blockwise.
+    Q8,
+    /// 4-bit blockwise (the default, DESIGN.md §3.4).
+    Q4,
+}
+
+impl Codec {
+    fn tag(self) -> u8 {
+        match self {
+            Codec::F32 => 0,
+            Codec::Q8 => 1,
+            Codec::Q4 => 2,
+        }
+    }
+
+    fn from_tag(tag: u8) -> Option<Self> {
+        match tag {
+            0 => Some(Codec::F32),
+            1 => Some(Codec::Q8),
+            2 => Some(Codec::Q4),
+            _ => None,
+        }
+    }
+
+    fn bits(self) -> u32 {
+        match self {
+            Codec::F32 => 32,
+            Codec::Q8 => 8,
+            Codec::Q4 => 4,
+        }
+    }
+}
+
+/// Smallest and largest quantisation block accepted on the wire.
+pub const BLOCK_RANGE: std::ops::RangeInclusive<usize> = 8..=65_536;
+
+/// Encoder settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EncodeOptions {
+    pub codec: Codec,
+    /// Values per scale; within [`BLOCK_RANGE`]. 64 costs 1/16 byte per value in scales.
+    pub block: usize,
+    /// zstd level; 0 stores the body raw. zstd is kept only when it makes the body smaller.
+    pub zstd_level: i32,
+}
+
+impl Default for EncodeOptions {
+    fn default() -> Self {
+        Self { codec: Codec::Q4, block: 64, zstd_level: 3 }
+    }
+}
+
+/// Bounds applied before decoding anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Largest payload accepted, header included.
+    pub max_payload_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        // 256 MiB: an f32 fragment of 64M parameters; far above atoll's CPU-sized models.
+        Self { max_payload_bytes: 256 << 20 }
+    }
+}
+
+/// Who made a delta, for what, and how much work it holds; bound into the hashed bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct DeltaMeta {
+    pub fragment: u32,
+    pub round: u64,
+    /// Tokens processed for this fragment since its previous contribution.
+    pub tokens: u64,
+    /// Inner steps since its previous contribution (≥ 1).
+    pub steps: u64,
+}
+
+/// The quantisation residual of one fragment, carried into its next delta.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ErrorFeedback {
+    residual: Vec<f32>,
+}
+
+impl ErrorFeedback {
+    /// Zero residual for a fragment of `numel` values.
+    pub fn new(numel: usize) -> Self {
+        Self { residual: vec![0.0; numel] }
+    }
+
+    /// The residual that the next delta will carry.
+    pub fn residual(&self) -> &[f32] {
+        &self.residual
+    }
+
+    /// Forgets the residual (e.g. after adopting another peer's anchor, where the residual
+    /// refers to a lineage that no longer exists).
+    pub fn clear(&mut self) {
+        self.residual.iter_mut().for_each(|r| *r = 0.0);
+    }
+}
+
+/// An encoded delta.
+#[derive(Debug, Clone)]
+pub struct Encoded {
+    /// The payload bytes (shared: the node stores and serves them as they are).
+    pub bytes: Arc<[u8]>,
+    pub hash: ContentHash,
+    /// Exactly what every receiver decodes; the sender merges this, not its raw delta.
+    pub values: Vec<f32>,
+}
+
+/// A decoded, validated delta.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decoded {
+    pub meta: DeltaMeta,
+    pub codec: Codec,
+    pub values: Vec<f32>,
+    /// L2 norm of `values` (f64 accumulation in index order, so it is reproducible).
+    pub norm: f32,
+}
+
+/// Why encoding failed (only on caller bugs: sizes that do not fit the wire).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EncodeError {
+    #[error("block size {0} outside {BLOCK_RANGE:?}")]
+    BadBlock(usize),
+    #[error("delta of {0} values does not fit the wire format")]
+    TooLarge(usize),
+    #[error("delta holds a non-finite value at index {0}")]
+    NonFinite(usize),
+    #[error("delta has {got} values but the feedback residual has {want}")]
+    FeedbackLength { got: usize, want: usize },
+    #[error("steps must be at least 1")]
+    ZeroSteps,
+    #[error("zstd failed: {0}")]
+    Compress(String),
+}
+
+/// Why a payload was refused. Every variant is the sender's fault.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecodeError {
+    #[error("payload of {len} bytes is shorter than the header")]
+    Truncated { len: usize },
+    #[error("payload of {len} bytes exceeds the limit of {limit}")]
+    TooLarge { len: usize, limit: usize },
+    #[error("not a delta payload (bad magic)")]
+    BadMagic,
+    #[error("unsupported delta wire version {0}")]
+    UnsupportedVersion(u16),
+    #[error("unknown codec tag {0}")]
+    UnknownCodec(u8),
+    #[error("unknown flag bits {0:#x}")]
+    UnknownFlags(u8),
+    #[error("delta is for fragment {got}, expected {want}")]
+    WrongFragment { got: u32, want: usize },
+    #[error("delta has {got} values, fragment {fragment} has {want}")]
+    WrongLength { fragment: usize, got: u32, want: usize },
+    #[error("invalid block size {0}")]
+    BadBlock(u32),
+    #[error("body length {got} does not match the expected {want}")]
+    BodyLength { got: usize, want: usize },
+    #[error("zero steps")]
+    ZeroSteps,
+    #[error("corrupt body: {0}")]
+    Corrupt(&'static str),
+    #[error("decompression failed: {0}")]
+    Decompress(String),
+    #[error("non-finite value at index {0}")]
+    NonFinite(usize),
+    #[error("delta norm {norm} above the limit {limit} derived from recent deltas")]
+    NormOutlier { norm: f32, limit: f32 },
+}
+
+/// Encodes `delta` (+ the carried residual when `feedback` is given) for the wire, and
+/// updates the residual to what this encoding rounded away.
+pub fn encode(
+    meta: DeltaMeta,
+    delta: &[f32],
+    feedback: Option<&mut ErrorFeedback>,
+    opts: &EncodeOptions,
+) -> Result<Encoded, EncodeError> {
+    if opts.codec != Codec::F32 && !BLOCK_RANGE.contains(&opts.block) {
+        return Err(EncodeError::BadBlock(opts.block));
+    }
+    if meta.steps == 0 {
+        return Err(EncodeError::ZeroSteps);
+    }
+    let numel = u32::try_from(delta.len()).map_err(|_| EncodeError::TooLarge(delta.len()))?;
+    let mut x = delta.to_vec();
+    if let Some(fb) = feedback.as_deref() {
+        if fb.residual.len() != delta.len() {
+            return Err(EncodeError::FeedbackLength { got: delta.len(), want: fb.residual.len() });
+        }
+        x.iter_mut().zip(&fb.residual).for_each(|(v, r)| *v += r);
+    }
+    if let Some(i) = x.iter().position(|v| !v.is_finite()) {
+        return Err(EncodeError::NonFinite(i));
+    }
+    let (block, raw) = match opts.codec {
+        Codec::F32 => (0, x.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()),
+        c => {
+            let mut body = Vec::new();
+            quant::quantise(&x, opts.block, c.bits(), &mut body);
+            (opts.block, body)
+        }
+    };
+    let values =
+        body_values(opts.codec, &raw, delta.len(), block).map_err(|_| EncodeError::NonFinite(0))?;
+    if let Some(fb) = feedback {
+        fb.residual.iter_mut().zip(x.iter().zip(&values)).for_each(|(r, (a, b))| *r = a - b);
+    }
+    let stored = compress(&raw, opts.zstd_level)?;
+    let raw_len = u32::try_from(raw.len()).map_err(|_| EncodeError::TooLarge(delta.len()))?;
+    let header = Header {
+        codec: opts.codec,
+        flags: if stored.is_some() { FLAG_ZSTD } else { 0 },
+        fragment: meta.fragment,
+        round: meta.round,
+        tokens: meta.tokens,
+        steps: meta.steps,
+        numel,
+        block: block as u32,
+        raw_len,
+        stored_len: stored.as_ref().map_or(raw_len, |s| s.len() as u32),
+    };
+    let body = stored.as_deref().unwrap_or(&raw);
+    let mut bytes = Vec::with_capacity(HEADER_LEN + body.len());
+    header.write(&mut bytes);
+    bytes.extend_from_slice(body);
+    let hash = ContentHash::of(&bytes);
+    Ok(Encoded { bytes: bytes.into(), hash, values })
+}
+
+/// zstd-compresses `raw` when that helps; `None` means "store raw".
+fn compress(raw: &[u8], level: i32) -> Result<Option<Vec<u8>>, EncodeError> {
+    if level == 0 {
+        return Ok(None);
+    }
+    let c = zstd::bulk::compress(raw, level).map_err(|e| EncodeError::Compress(e.to_string()))?;
+    Ok((c.len() < raw.len()).then_some(c))
+}
+
+/// Raw body length the header must declare for `codec`, `numel` and `block`.
+fn expected_raw_len(codec: Codec, numel: usize, block: usize) -> Option<usize> {
+    match codec {
+        Codec::F32 => numel.checked_mul(4),
+        c => quant::body_len(numel, block, c.bits()),
+    }
+}
+
+/// Turns a raw (uncompressed, length-checked) body into values.
+fn body_values(
+    codec: Codec,
+    raw: &[u8],
+    numel: usize,
+    block: usize,
+) -> Result<Vec<f32>, DecodeError> {
+    match codec {
+        Codec::F32 => {
+            Ok(raw.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
+        }
+        c => quant::dequantise(raw, numel, block, c.bits()).map_err(|f| match f {
+            quant::BodyFault::BadScale => DecodeError::Corrupt("bad block scale"),
+            quant::BodyFault::BadCode => DecodeError::Corrupt("reserved 4-bit code"),
+        }),
+    }
+}
+
+/// Decodes and validates a payload for fragment `spec`. Never panics on any input.
+pub fn decode(bytes: &[u8], spec: &FragmentSpec, limits: &Limits) -> Result<Decoded, DecodeError> {
+    if bytes.len() > limits.max_payload_bytes {
+        return Err(DecodeError::TooLarge { len: bytes.len(), limit: limits.max_payload_bytes });
+    }
+    let h = Header::parse(bytes)?;
+    if h.fragment as usize != spec.id {
+        return Err(DecodeError::WrongFragment { got: h.fragment, want: spec.id });
+    }
+    let numel = spec.numel();
+    if h.numel as usize != numel {
+        return Err(DecodeError::WrongLength { fragment: spec.id, got: h.numel, want: numel });
+    }
+    if h.steps == 0 {
+        return Err(DecodeError::ZeroSteps);
+    }
+    let block = h.block as usize;
+    let block_ok = match h.codec {
+        Codec::F32 => block == 0,
+        _ => BLOCK_RANGE.contains(&block),
+    };
+    if !block_ok {
+        return Err(DecodeError::BadBlock(h.block));
+    }
+    // Both lengths are checked before anything is allocated or decompressed.
+    let want_raw = expected_raw_len(h.codec, numel, block).unwrap_or(usize::MAX);
+    if h.raw_len as usize != want_raw {
+        return Err(DecodeError::BodyLength { got: h.raw_len as usize, want: want_raw });
+    }
+    let stored = &bytes[HEADER_LEN..];
+    if stored.len() != h.stored_len as usize {
+        return Err(DecodeError::BodyLength { got: stored.len(), want: h.stored_len as usize });
+    }
+    let decompressed;
+    let raw: &[u8] = if h.flags & FLAG_ZSTD != 0 {
+        // Capacity is the declared raw length: zstd fails instead of growing past it.
+        decompressed = zstd::bulk::decompress(stored, want_raw)
+            .map_err(|e| DecodeError::Decompress(e.to_string()))?;
+        &decompressed
+    } else {
+        stored
+    };
+    if raw.len() != want_raw {
+        return Err(DecodeError::BodyLength { got: raw.len(), want: want_raw });
+    }
+    let values = body_values(h.codec, raw, numel, block)?;
+    if let Some(i) = values.iter().position(|v| !v.is_finite()) {
+        return Err(DecodeError::NonFinite(i));
+    }
+    let norm = l2_norm(&values);
+    let meta = DeltaMeta { fragment: h.fragment, round: h.round, tokens: h.tokens, steps: h.steps };
+    Ok(Decoded { meta, codec: h.codec, values, norm })
+}
+
+/// L2 norm with f64 accumulation in index order (reproducible on every machine).
+pub fn l2_norm(v: &[f32]) -> f32 {
+    v.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>().sqrt() as f32
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,1 @@
+//! Protocol core (in progress).
