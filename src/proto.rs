@@ -1,1 +1,50 @@
-//! Protocol core (in progress).
+//! The leaderless Decoupled DiLoCo protocol core — I/O-free (DESIGN.md §2.3, §3).
+//!
+//! Every peer is learner and syncer at once. Per fragment `p` it keeps a replicated
+//! [`FragmentState`] (anchor, Nesterov buffer, round, log of merged contribution ids) and
+//! runs rounds on a schedule all peers share ([`Schedule`]: round `r` opens at
+//! `r·T + p·T/P` on the run's timeline). A round goes:
+//!
+//! 1. **Open**: the core asks the trainer for a [`Output::Snapshot`] of the fragment; the
+//!    delta `anchor − θ` (+ error feedback) is encoded ([`crate::delta`]) and announced.
+//! 2. **Collect**: announcements are fetched by content hash and validated; once `K`
+//!    contributions (own included) are held, the adaptive [`Grace`] window (Eq. 3) starts.
+//!    If the quorum never comes, the round is skipped after `max_wait_ms`.
+//! 3. **Merge**: all eligible contributions — this round's and late ones from up to
+//!    `max_lateness` earlier rounds, never one already in the state's log — are combined in
+//!    hash order with token weights and RDA ([`merge`]), then the outer Nesterov step.
+//!    The trainer gets [`Output::Apply`] and the peer announces its new state hash.
+//! 4. **Reconcile**: half a period later the peer compares its state hash with the latest
+//!    hashes of the others ([`reconcile::Votes`]); if the majority (ties: smallest hash)
+//!    holds another state — or a later round, when this peer fell behind — it fetches that
+//!    state and adopts it, re-queueing what it had merged that the adopted lineage had not.
+//!
+//! Since merges are deterministic and a peer that disagrees adopts the majority's state,
+//! anchors become bit-identical once churn stops (tests/sim_agreement.rs).
+//!
+//! Drive it with [`Protocol::handle`]`(event, now)` and carry out the [`Output`]s; serve
+//! payload requests with [`Protocol::serve`]. Time and randomness are inputs.
+
+mod core;
+mod io;
+mod lane;
+pub mod merge;
+mod message;
+pub mod reconcile;
+mod schedule;
+mod settings;
+pub mod state;
+
+pub use self::core::{ProtoError, Protocol, MAX_IN_FLIGHT, MAX_PEERS};
+pub use io::{ApplyAnchor, Event, MergeReport, Metrics, Output, Timer};
+pub use merge::consensus_distance;
+pub use message::{
+    decode_message, encode_message, ContributionAnnounce, Message, MessageError, PeerId,
+    StateAnnounce, MAX_MESSAGE_BYTES, PROTOCOL_VERSION, TOPIC_PREFIX,
+};
+pub use schedule::{Ema, Grace, Millis, Schedule};
+pub use settings::{MergeRule, RawSettings, Settings, SettingsError};
+pub use state::{FragmentState, StateError};
+
+#[cfg(test)]
+mod tests;

@@ -1,1 +1,385 @@
-//! Simulator (in progress).
+//! Deterministic discrete-event simulator of a swarm driving the real protocol core
+//! (DESIGN.md §3.5, STYLE.md habit 6).
+//!
+//! N peers with seeded speeds, clock skews, latency, upload bandwidth, loss, partitions,
+//! crashes and restarts, each running an unmodified [`Protocol`]; training is a noisy
+//! quadratic ([`trainer`]). Everything random comes from one seed, events at equal times
+//! run in insertion order, and nothing reads a clock, so a run replays exactly from its
+//! seed: tests take it from the `SEED` environment variable ([`seed_from_env`]).
+
+pub mod net;
+pub mod observe;
+pub mod queue;
+pub mod trainer;
+
+use crate::delta::ContentHash;
+use crate::fragment::{FragmentPlan, TensorSpec};
+use crate::proto::{self, Event, FragmentState, PeerId, Protocol, RawSettings, Settings};
+use net::{Net, NetConfig};
+use observe::{Bytes, Lineages, Stats};
+use queue::Queue;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use trainer::{Problem, Trainer};
+
+/// The seed from `SEED` if set (to replay a failure), else `default`.
+pub fn seed_from_env(default: u64) -> u64 {
+    std::env::var("SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(default)
+}
+
+/// Everything a simulated run is made of.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    pub peers: usize,
+    pub seed: u64,
+    pub settings: RawSettings,
+    /// The model's tensors (cut into fragments by [`FragmentPlan`]).
+    pub tensors: Vec<TensorSpec>,
+    pub net: NetConfig,
+    /// Step time of each peer is `step_ms × u`, `u` uniform in this range.
+    pub speed_range: (f64, f64),
+    /// This fraction of peers (the last ones) is additionally slowed by `slow_factor`.
+    pub slow_fraction: f64,
+    pub slow_factor: f64,
+    /// Each peer's clock runs ahead of the simulation by up to this many ms.
+    pub clock_skew_ms: u64,
+    pub inner_lr: f32,
+    pub noise: f32,
+    /// Per-peer shift of the optimum (non-IID data).
+    pub heterogeneity: f32,
+    pub batch_tokens: u64,
+    /// Record every lineage's merged set (memory grows with peers × rounds × set size).
+    pub track_lineage: bool,
+}
+
+impl SimConfig {
+    /// A small model (an embedding and three other tensors) and a calm network.
+    pub fn new(peers: usize, seed: u64) -> Self {
+        let t = |name: &str, shape: &[usize], emb: bool| TensorSpec {
+            name: name.into(),
+            shape: shape.to_vec(),
+            is_embedding: emb,
+        };
+        Self {
+            peers,
+            seed,
+            settings: RawSettings {
+                h: 20,
+                fragments: 2,
+                step_ms: 100,
+                grace_cap_ms: 300,
+                // μ = 0.9 oscillates on this quadratic at this inner learning rate;
+                // 0.5 converges under both merge lags (bench/RESULTS.md).
+                momentum: 0.5,
+                // A lost fetch is retried well within the period.
+                fetch_timeout_ms: 250,
+                ..RawSettings::default()
+            },
+            tensors: vec![
+                t("emb", &[8, 4], true),
+                t("w1", &[16, 4], false),
+                t("w2", &[24], false),
+                t("b", &[8], false),
+            ],
+            net: NetConfig::default(),
+            speed_range: (0.8, 1.25),
+            slow_fraction: 0.0,
+            slow_factor: 1.0,
+            clock_skew_ms: 10,
+            inner_lr: 0.05,
+            noise: 0.3,
+            heterogeneity: 0.2,
+            batch_tokens: 1024,
+            track_lineage: true,
+        }
+    }
+}
+
+/// Events of the simulation.
+#[derive(Debug)]
+enum Ev {
+    /// A protocol event for `peer`, valid only for incarnation `inc`.
+    Proto { peer: usize, inc: u32, event: Event },
+    /// The trainer of `peer` reaches the end of its current inner step and takes the
+    /// snapshot the protocol asked for (a slow peer answers late, as a real one would).
+    Snapshot { peer: usize, inc: u32, fragment: usize, round: u64 },
+    /// A fetch request reaches `server`.
+    Request { server: usize, requester: usize, inc: u32, hash: ContentHash, max_len: u64 },
+}
+
+struct Slot {
+    proto: Option<Protocol>,
+    trainer: Trainer,
+    /// Bumped on crash and restart; events for older incarnations are dropped.
+    inc: u32,
+    skew: u64,
+    /// Trainer steps at the previous snapshot of each fragment.
+    snap_steps: Vec<u64>,
+    /// The states saved at the crash (the checkpoint a restart resumes from).
+    checkpoint: Vec<FragmentState>,
+}
+
+/// A running simulation.
+pub struct Sim {
+    cfg: SimConfig,
+    settings: Settings,
+    plan: FragmentPlan,
+    /// Start of each fragment in the flat parameter vector.
+    offsets: Vec<usize>,
+    pub problem: Problem,
+    slots: Vec<Slot>,
+    queue: Queue<Ev>,
+    net: Net,
+    rng: ChaCha8Rng,
+    now: u64,
+    pub stats: Stats,
+    pub bytes: Vec<Bytes>,
+    pub lineages: Option<Lineages>,
+}
+
+impl std::fmt::Debug for Sim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Sim({} peers, t={} ms, {:?})", self.slots.len(), self.now, self.queue)
+    }
+}
+
+/// Why a simulation could not be set up.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SimError {
+    #[error(transparent)]
+    Settings(#[from] proto::SettingsError),
+    #[error(transparent)]
+    Plan(#[from] crate::fragment::PlanError),
+    #[error(transparent)]
+    Proto(#[from] proto::ProtoError),
+}
+
+mod drive;
+
+impl Sim {
+    pub fn new(cfg: SimConfig) -> Result<Self, SimError> {
+        let settings = Settings::new(cfg.settings.clone())?;
+        let plan = FragmentPlan::new(&cfg.tensors, cfg.settings.fragments)?;
+        let mut offsets = Vec::with_capacity(plan.len());
+        let mut at = 0;
+        for f in &plan.fragments {
+            offsets.push(at);
+            at += f.numel();
+        }
+        let problem = Problem::new(plan.numel(), cfg.seed);
+        let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+        let init: Vec<f32> = (0..plan.numel()).map(|_| rng.random_range(-0.1f32..0.1)).collect();
+        let slow_from = cfg.peers - (cfg.peers as f64 * cfg.slow_fraction).round() as usize;
+        let mut slots = Vec::with_capacity(cfg.peers);
+        for i in 0..cfg.peers {
+            let (lo, hi) = cfg.speed_range;
+            let mut speed = if hi > lo { rng.random_range(lo..hi) } else { lo };
+            if i >= slow_from {
+                speed *= cfg.slow_factor;
+            }
+            let step_ms = cfg.settings.step_ms as f64 * speed;
+            let skew =
+                if cfg.clock_skew_ms > 0 { rng.random_range(0..=cfg.clock_skew_ms) } else { 0 };
+            let trainer = Trainer::new(
+                init.clone(),
+                cfg.heterogeneity,
+                step_ms,
+                cfg.inner_lr,
+                cfg.noise,
+                0,
+                rng.random(),
+            );
+            let initial = split(&plan, &offsets, &init);
+            let proto =
+                Protocol::new(PeerId(i as u64), settings.clone(), &plan, initial, rng.random())?;
+            let checkpoint = (0..plan.len()).map(|p| proto.state(p).clone()).collect();
+            slots.push(Slot {
+                proto: Some(proto),
+                trainer,
+                inc: 0,
+                skew,
+                snap_steps: vec![0; plan.len()],
+                checkpoint,
+            });
+        }
+        let lineages = cfg.track_lineage.then(|| {
+            let hashes: Vec<ContentHash> =
+                slots[0].checkpoint.iter().map(FragmentState::hash).collect();
+            Lineages::new(cfg.peers, &hashes)
+        });
+        let mut sim = Self {
+            net: Net::new(cfg.net.clone(), cfg.peers),
+            bytes: vec![Bytes::default(); cfg.peers],
+            cfg,
+            settings,
+            plan,
+            offsets,
+            problem,
+            slots,
+            queue: Queue::default(),
+            rng,
+            now: 0,
+            stats: Stats::default(),
+            lineages,
+        };
+        for i in 0..sim.slots.len() {
+            sim.start_peer(i);
+        }
+        Ok(sim)
+    }
+
+    /// Simulated time in ms.
+    pub fn now(&self) -> u64 {
+        self.now
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    pub fn peers(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn is_alive(&self, i: usize) -> bool {
+        self.slots[i].proto.is_some()
+    }
+
+    pub fn protocol(&self, i: usize) -> Option<&Protocol> {
+        self.slots[i].proto.as_ref()
+    }
+
+    /// Runs every event due up to `until` (ms).
+    pub fn run_until(&mut self, until: u64) {
+        while let Some((at, ev)) = self.queue.pop_until(until) {
+            self.now = at;
+            self.stats.events += 1;
+            self.dispatch(ev);
+        }
+        self.now = until;
+    }
+
+    /// Runs `rounds` more fragment cycles.
+    pub fn run_rounds(&mut self, rounds: u64) {
+        let until = self.now + rounds * self.settings.period_ms();
+        self.run_until(until);
+    }
+
+    /// Runs to 1 ms before the end of the `cycles`-th cycle from now: every fragment has
+    /// merged its latest round by then (when `T/P` exceeds the longest wait), so it is the
+    /// moment to compare states.
+    pub fn run_cycles(&mut self, cycles: u64) {
+        let t = self.settings.period_ms();
+        let end = (self.now / t + cycles) * t;
+        self.run_until(end.saturating_sub(1).max(self.now));
+    }
+
+    /// Kills peer `i` now; it keeps its last states as a checkpoint.
+    pub fn crash(&mut self, i: usize) {
+        let slot = &mut self.slots[i];
+        if let Some(p) = slot.proto.take() {
+            slot.checkpoint = (0..self.plan.len()).map(|f| p.state(f).clone()).collect();
+            slot.inc += 1;
+        }
+    }
+
+    /// Restarts peer `i` from its checkpoint; it catches up by itself.
+    pub fn restart(&mut self, i: usize) -> Result<(), SimError> {
+        if self.slots[i].proto.is_some() {
+            return Ok(());
+        }
+        let seed = self.rng.random();
+        let slot = &mut self.slots[i];
+        let states = slot.checkpoint.clone();
+        for (p, s) in states.iter().enumerate() {
+            let range = self.offsets[p]..self.offsets[p] + s.anchor.len();
+            slot.trainer.theta[range].copy_from_slice(&s.anchor);
+            if let Some(l) = self.lineages.as_mut() {
+                l.restored(i, p, s.hash(), &mut self.stats);
+            }
+        }
+        slot.trainer.advance(self.now, &self.problem);
+        slot.snap_steps = vec![slot.trainer.steps; self.plan.len()];
+        slot.proto = Some(Protocol::restore(
+            PeerId(i as u64),
+            self.settings.clone(),
+            &self.plan,
+            states,
+            seed,
+        )?);
+        slot.inc += 1;
+        self.start_peer(i);
+        Ok(())
+    }
+
+    /// Splits the swarm: `group[i]` is peer `i`'s side.
+    pub fn partition(&mut self, groups: Vec<u8>) {
+        self.net.set_groups(groups);
+    }
+
+    pub fn heal(&mut self) {
+        self.net.heal();
+    }
+
+    /// Changes the loss probability from now on.
+    pub fn set_loss(&mut self, loss: f64) {
+        self.net.cfg.loss = loss;
+    }
+
+    /// Live peers' state hashes of fragment `p`, in peer order.
+    pub fn state_hashes(&self, p: usize) -> Vec<ContentHash> {
+        self.slots.iter().filter_map(|s| s.proto.as_ref().map(|x| x.state_hash(p))).collect()
+    }
+
+    /// Number of distinct states of fragment `p` among live peers (1 = agreement).
+    pub fn distinct_states(&self, p: usize) -> usize {
+        let mut h = self.state_hashes(p);
+        h.sort();
+        h.dedup();
+        h.len()
+    }
+
+    /// Whether all live peers hold identical states of every fragment.
+    pub fn agree(&self) -> bool {
+        (0..self.plan.len()).all(|p| self.distinct_states(p) == 1)
+    }
+
+    /// Consensus distance of the full anchors of live peers.
+    pub fn consensus_distance(&self) -> f64 {
+        let anchors = self.anchors();
+        let refs: Vec<&[f32]> = anchors.iter().map(Vec::as_slice).collect();
+        proto::consensus_distance(&refs)
+    }
+
+    /// Mean global loss of the live peers' anchors.
+    pub fn mean_anchor_loss(&self) -> f64 {
+        let anchors = self.anchors();
+        anchors.iter().map(|a| self.problem.loss(a)).sum::<f64>() / anchors.len().max(1) as f64
+    }
+
+    /// Mean payload bytes received per live peer per fragment round so far.
+    pub fn payload_bytes_per_peer_round(&self) -> f64 {
+        let rounds = (self.now / self.settings.period_ms()).max(1) * self.plan.len() as u64;
+        let total: u64 = self.bytes.iter().map(|b| b.payload_received).sum();
+        total as f64 / self.slots.len() as f64 / rounds as f64
+    }
+
+    fn anchors(&self) -> Vec<Vec<f32>> {
+        self.slots
+            .iter()
+            .filter_map(|s| s.proto.as_ref())
+            .map(|p| (0..self.plan.len()).flat_map(|f| p.state(f).anchor.iter().copied()).collect())
+            .collect()
+    }
+}
+
+/// Cuts a flat parameter vector into per-fragment buffers.
+fn split(plan: &FragmentPlan, offsets: &[usize], flat: &[f32]) -> Vec<Vec<f32>> {
+    plan.fragments.iter().zip(offsets).map(|(f, &o)| flat[o..o + f.numel()].to_vec()).collect()
+}
+
+/// Bytes of a gossip message on the wire.
+fn gossip_len(msg: &proto::Message) -> u64 {
+    proto::encode_message(msg).len() as u64
+}

@@ -1,0 +1,544 @@
+//! The protocol state machine: dispatches events to fragments and tracks fetches.
+
+use super::io::{Event, Metrics, Output, Timer};
+use super::lane::{Held, Lane, Window};
+use super::schedule::{Grace, Millis, Schedule};
+use super::state::FragmentState;
+use super::{ContributionAnnounce, Message, PeerId, Settings};
+use crate::delta::{self, ContentHash, DeltaMeta, Limits};
+use crate::fragment::FragmentPlan;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+/// Most fetches in flight at once; announcements beyond it are ignored (and counted).
+pub const MAX_IN_FLIGHT: usize = 1 << 16;
+/// Most peers whose votes are remembered per fragment.
+pub const MAX_PEERS: usize = 1 << 16;
+/// Most rejected hashes remembered (so a bad payload is not fetched again and again).
+const MAX_REJECTED: usize = 4096;
+
+/// Why the core could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProtoError {
+    #[error("the plan has {plan} fragments but the settings say {settings}")]
+    FragmentCount { plan: usize, settings: usize },
+    #[error("state of fragment {fragment} has {got} values, the plan says {want}")]
+    StateLength { fragment: usize, got: usize, want: usize },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Delta { round: u64 },
+    State,
+}
+
+#[derive(Debug, Clone)]
+struct InFlight {
+    fragment: usize,
+    kind: Kind,
+    sources: Vec<PeerId>,
+    attempts: u32,
+    announced_at: Millis,
+    max_len: u64,
+}
+
+/// One peer's protocol core. See the module docs of [`super`] for the flow.
+#[derive(Debug)]
+pub struct Protocol {
+    me: PeerId,
+    settings: Settings,
+    schedule: Schedule,
+    grace: Grace,
+    limits: Limits,
+    lanes: Vec<Lane>,
+    in_flight: HashMap<ContentHash, InFlight>,
+    rejected: HashSet<ContentHash>,
+    rng: ChaCha8Rng,
+    metrics: Metrics,
+}
+
+impl Protocol {
+    /// A fresh peer whose anchors are `initial[p]` (the run's initial parameters, the same
+    /// on every peer) at round 0. `seed` drives its only randomness (choice of sources).
+    pub fn new(
+        me: PeerId,
+        settings: Settings,
+        plan: &FragmentPlan,
+        initial: Vec<Vec<f32>>,
+        seed: u64,
+    ) -> Result<Self, ProtoError> {
+        let states = initial
+            .into_iter()
+            .enumerate()
+            .map(|(p, a)| FragmentState::initial(p as u32, a))
+            .collect();
+        Self::restore(me, settings, plan, states, seed)
+    }
+
+    /// A peer resuming from saved fragment states (e.g. a checkpoint).
+    pub fn restore(
+        me: PeerId,
+        settings: Settings,
+        plan: &FragmentPlan,
+        states: Vec<FragmentState>,
+        seed: u64,
+    ) -> Result<Self, ProtoError> {
+        let p = settings.raw().fragments;
+        if plan.len() != p || states.len() != p {
+            return Err(ProtoError::FragmentCount { plan: plan.len(), settings: p });
+        }
+        let mut lanes = Vec::with_capacity(p);
+        for (spec, state) in plan.fragments.iter().zip(states) {
+            let want = spec.numel();
+            if state.anchor.len() != want || state.momentum.len() != want {
+                let got = state.anchor.len();
+                return Err(ProtoError::StateLength { fragment: spec.id, got, want });
+            }
+            lanes.push(Lane::new(spec.clone(), state, &settings, MAX_PEERS));
+        }
+        Ok(Self {
+            me,
+            schedule: Schedule::new(&settings),
+            grace: Grace::new(&settings),
+            limits: Limits { max_payload_bytes: settings.raw().max_payload_bytes },
+            settings,
+            lanes,
+            in_flight: HashMap::new(),
+            rejected: HashSet::new(),
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            metrics: Metrics::default(),
+        })
+    }
+
+    /// Arms the first round timer of every fragment. Call once, at start.
+    pub fn start(&mut self, now: Millis) -> Vec<Output> {
+        (0..self.lanes.len())
+            .map(|p| {
+                let round = self.schedule.next_round(p, now);
+                let at = self.schedule.open_time(p, round);
+                Output::SetTimer { at, timer: Timer::Open { fragment: p, round } }
+            })
+            .collect()
+    }
+
+    /// Feeds one event at time `now` and returns what to do.
+    pub fn handle(&mut self, event: Event, now: Millis) -> Vec<Output> {
+        let mut out = Vec::new();
+        match event {
+            Event::Timer(t) => self.on_timer(t, now, &mut out),
+            Event::Snapshot { fragment, round, params, tokens, steps } => {
+                self.on_snapshot(fragment, round, &params, tokens, steps, now, &mut out)
+            }
+            Event::Message { from, msg } => self.on_message(from, msg, now, &mut out),
+            Event::Fetched { from, hash, bytes } => {
+                self.on_fetched(from, hash, bytes, now, &mut out)
+            }
+            Event::FetchFailed { hash, .. } => self.retry(hash, now, &mut out),
+        }
+        out
+    }
+
+    /// The payload with this hash, if this peer can serve it: a contribution it holds or
+    /// its current state of a fragment.
+    pub fn serve(&self, hash: &ContentHash) -> Option<Arc<[u8]>> {
+        for lane in &self.lanes {
+            if let Some(h) = lane.held.get(hash) {
+                return Some(h.bytes.clone());
+            }
+            if lane.state_hash == *hash {
+                return Some(lane.state.to_bytes().into());
+            }
+        }
+        None
+    }
+
+    pub fn me(&self) -> PeerId {
+        self.me
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    pub fn schedule(&self) -> &Schedule {
+        &self.schedule
+    }
+
+    /// The replicated state of fragment `p` (what a checkpoint saves).
+    pub fn state(&self, p: usize) -> &FragmentState {
+        &self.lanes[p].state
+    }
+
+    /// blake3 of the state of fragment `p`; equal on all peers when they agree.
+    pub fn state_hash(&self, p: usize) -> ContentHash {
+        self.lanes[p].state_hash
+    }
+
+    /// Fraction of peers that announced our current round of `p` and hold our state.
+    pub fn agreement(&self, p: usize) -> f64 {
+        let lane = &self.lanes[p];
+        lane.votes.agreement(lane.state.round, lane.state_hash)
+    }
+
+    /// The grace window now in force, in ms.
+    pub fn grace_window(&self) -> Millis {
+        self.grace.window()
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Contributions held but not yet merged, over all fragments.
+    pub fn pending(&self) -> usize {
+        self.lanes.iter().map(|l| l.held.values().filter(|h| h.merged_at.is_none()).count()).sum()
+    }
+
+    fn on_timer(&mut self, t: Timer, now: Millis, out: &mut Vec<Output>) {
+        match t {
+            Timer::Open { fragment, round } => self.on_open(fragment, round, now, out),
+            Timer::Close { fragment, round } => {
+                let lane = &mut self.lanes[fragment];
+                if lane.open.as_ref().is_some_and(|o| o.round == round && !o.closed) {
+                    out.extend(lane.merge(self.me, &self.settings, now, &mut self.metrics));
+                }
+            }
+            Timer::Deadline { fragment, round } => {
+                let lane = &mut self.lanes[fragment];
+                if let Some(o) = lane.open.as_mut() {
+                    if o.round == round && !o.closed && o.quorum_at.is_none() {
+                        o.closed = true;
+                        self.metrics.skipped_rounds += 1;
+                        out.push(Output::Skipped { fragment, round });
+                    }
+                }
+            }
+            Timer::Reconcile { fragment, .. } => self.reconcile(fragment, now, out),
+            Timer::FetchTimeout { hash, attempt } => {
+                if self.in_flight.get(&hash).is_some_and(|f| f.attempts == attempt) {
+                    self.retry(hash, now, out);
+                }
+            }
+        }
+    }
+
+    fn on_open(&mut self, p: usize, round: u64, now: Millis, out: &mut Vec<Output>) {
+        let lane = &mut self.lanes[p];
+        if lane.open.as_ref().is_some_and(|o| o.round >= round) {
+            return;
+        }
+        lane.open_round(round, now, Window::of(&self.settings));
+        let opened = self.schedule.open_time(p, round).max(now);
+        out.push(Output::Snapshot { fragment: p, round });
+        out.push(Output::SetTimer {
+            at: opened + self.settings.max_wait_ms(),
+            timer: Timer::Deadline { fragment: p, round },
+        });
+        out.push(Output::SetTimer {
+            at: self.schedule.open_time(p, round) + self.settings.reconcile_offset_ms(),
+            timer: Timer::Reconcile { fragment: p, round },
+        });
+        let next = round + 1;
+        out.push(Output::SetTimer {
+            at: self.schedule.open_time(p, next),
+            timer: Timer::Open { fragment: p, round: next },
+        });
+        self.check_quorum(p, now, out);
+    }
+
+    /// Starts the grace window once the quorum is held.
+    fn check_quorum(&mut self, p: usize, now: Millis, out: &mut Vec<Output>) {
+        let k = self.settings.raw().quorum;
+        let Some(o) = self.lanes[p].open.as_mut() else { return };
+        if o.closed || o.quorum_at.is_some() || o.eligible < k {
+            return;
+        }
+        o.quorum_at = Some(now);
+        self.grace.t_quorum.update(now.saturating_sub(o.opened_at) as f64);
+        o.grace_ms = self.grace.window();
+        out.push(Output::SetTimer {
+            at: now + o.grace_ms,
+            timer: Timer::Close { fragment: p, round: o.round },
+        });
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn on_snapshot(
+        &mut self,
+        p: usize,
+        round: u64,
+        params: &[f32],
+        tokens: u64,
+        steps: u64,
+        now: Millis,
+        out: &mut Vec<Output>,
+    ) {
+        let Some(lane) = self.lanes.get_mut(p) else { return };
+        if steps == 0 || params.len() != lane.state.anchor.len() {
+            return;
+        }
+        if let Some(prev) = lane.last_snapshot_at {
+            self.grace.t_step.update(now.saturating_sub(prev) as f64 / steps as f64);
+        }
+        lane.last_snapshot_at = Some(now);
+        let d: Vec<f32> = lane.state.anchor.iter().zip(params).map(|(a, t)| a - t).collect();
+        let meta = DeltaMeta { fragment: p as u32, round, tokens, steps };
+        let opts = self.settings.raw().encode;
+        // A local delta that cannot be encoded (non-finite: the trainer diverged) is not
+        // published; the residual is left as it was.
+        let Ok(enc) = delta::encode(meta, &d, Some(&mut lane.feedback), &opts) else { return };
+        self.metrics.published += 1;
+        self.metrics.published_bytes += enc.bytes.len() as u64;
+        let announce = ContributionAnnounce {
+            fragment: p as u32,
+            round,
+            hash: enc.hash,
+            size: enc.bytes.len() as u64,
+            tokens,
+            steps,
+            origin: self.me,
+            base: lane.state_hash,
+        };
+        let held = Held {
+            origin: self.me,
+            round,
+            tokens,
+            steps,
+            values: Some(enc.values),
+            bytes: enc.bytes,
+            merged_at: None,
+        };
+        lane.insert(enc.hash, held, Window::of(&self.settings));
+        out.push(Output::Broadcast(Message::Contribution(announce)));
+        self.check_quorum(p, now, out);
+    }
+
+    fn on_message(&mut self, from: PeerId, msg: Message, now: Millis, out: &mut Vec<Output>) {
+        let p = msg.fragment() as usize;
+        if p >= self.lanes.len() {
+            out.push(Output::Misbehaved { peer: from, reason: format!("unknown fragment {p}") });
+            return;
+        }
+        match msg {
+            Message::State(s) => {
+                // Only rounds that can exist by our clock count; a vote for a far future
+                // round would otherwise make us chase a state nobody can have merged.
+                if s.round <= self.schedule.current_round(p, now) + 1 {
+                    self.lanes[p].votes.record(from, s.round, s.hash);
+                }
+            }
+            Message::Contribution(c) => self.on_announce(from, p, c, now, out),
+        }
+    }
+
+    fn on_announce(
+        &mut self,
+        from: PeerId,
+        p: usize,
+        c: ContributionAnnounce,
+        now: Millis,
+        out: &mut Vec<Output>,
+    ) {
+        if let Some(f) = self.in_flight.get_mut(&c.hash) {
+            if !f.sources.contains(&from) && f.sources.len() < 8 {
+                f.sources.push(from);
+            }
+            return;
+        }
+        let lane = &self.lanes[p];
+        let current = self.schedule.current_round(p, now);
+        let fresh = !Window::of(&self.settings).stale(c.round, current) && c.round <= current + 1;
+        if !fresh || lane.held.contains_key(&c.hash) || lane.state.has_merged(c.hash.short()) {
+            return;
+        }
+        if self.rejected.contains(&c.hash) {
+            return;
+        }
+        if c.size > self.limits.max_payload_bytes as u64 {
+            out.push(Output::Misbehaved {
+                peer: from,
+                reason: format!("announced {} bytes", c.size),
+            });
+            return;
+        }
+        if self.in_flight.len() >= MAX_IN_FLIGHT || lane.held.len() >= self.settings.raw().max_held
+        {
+            self.metrics.refused_full += 1;
+            return;
+        }
+        let f = InFlight {
+            fragment: p,
+            kind: Kind::Delta { round: c.round },
+            sources: vec![from],
+            attempts: 0,
+            announced_at: now,
+            max_len: c.size,
+        };
+        self.in_flight.insert(c.hash, f);
+        self.retry(c.hash, now, out);
+    }
+
+    /// (Re)issues the fetch of `hash` from its next source, or gives up.
+    fn retry(&mut self, hash: ContentHash, now: Millis, out: &mut Vec<Output>) {
+        let Some(f) = self.in_flight.get_mut(&hash) else { return };
+        if f.attempts >= self.settings.raw().fetch_attempts {
+            let f = self.in_flight.remove(&hash);
+            if let Some(InFlight { kind: Kind::State, fragment, .. }) = f {
+                self.lanes[fragment].state_fetch = None;
+            }
+            self.metrics.fetch_failures += 1;
+            return;
+        }
+        let from = f.sources[f.attempts as usize % f.sources.len()];
+        f.attempts += 1;
+        self.metrics.fetches += 1;
+        out.push(Output::Fetch { from, hash, max_len: f.max_len });
+        out.push(Output::SetTimer {
+            at: now + self.settings.raw().fetch_timeout_ms,
+            timer: Timer::FetchTimeout { hash, attempt: f.attempts },
+        });
+    }
+
+    fn on_fetched(
+        &mut self,
+        from: PeerId,
+        hash: ContentHash,
+        bytes: Arc<[u8]>,
+        now: Millis,
+        out: &mut Vec<Output>,
+    ) {
+        if !self.in_flight.contains_key(&hash) {
+            return;
+        }
+        if ContentHash::of(&bytes) != hash {
+            out.push(Output::Misbehaved {
+                peer: from,
+                reason: "payload does not match its hash".into(),
+            });
+            self.metrics.rejected += 1;
+            return self.retry(hash, now, out);
+        }
+        let Some(f) = self.in_flight.remove(&hash) else { return };
+        match f.kind {
+            Kind::Delta { .. } => self.accept_delta(from, hash, bytes, &f, now, out),
+            Kind::State => self.accept_state(from, hash, &bytes, f.fragment, out),
+        }
+    }
+
+    fn reject(&mut self, from: PeerId, hash: ContentHash, reason: String, out: &mut Vec<Output>) {
+        self.metrics.rejected += 1;
+        if self.rejected.len() >= MAX_REJECTED {
+            self.rejected.clear();
+        }
+        self.rejected.insert(hash);
+        out.push(Output::Misbehaved { peer: from, reason });
+    }
+
+    fn accept_delta(
+        &mut self,
+        from: PeerId,
+        hash: ContentHash,
+        bytes: Arc<[u8]>,
+        f: &InFlight,
+        now: Millis,
+        out: &mut Vec<Output>,
+    ) {
+        let p = f.fragment;
+        let w = Window::of(&self.settings);
+        let lane = &mut self.lanes[p];
+        let d = match delta::decode(&bytes, &lane.spec, &self.limits) {
+            Ok(d) => d,
+            Err(e) => return self.reject(from, hash, e.to_string(), out),
+        };
+        if let Err(limit) = lane.guard.check(d.norm) {
+            let e = delta::DecodeError::NormOutlier { norm: d.norm, limit };
+            return self.reject(from, hash, e.to_string(), out);
+        }
+        let current = self.schedule.current_round(p, now);
+        if w.stale(d.meta.round, current) || lane.state.has_merged(hash.short()) {
+            return;
+        }
+        lane.guard.record(d.norm);
+        self.grace.t_sync.update(now.saturating_sub(f.announced_at) as f64);
+        let held = Held {
+            origin: f.sources.first().copied().unwrap_or(from),
+            round: d.meta.round,
+            tokens: d.meta.tokens,
+            steps: d.meta.steps,
+            values: Some(d.values),
+            bytes,
+            merged_at: None,
+        };
+        if lane.insert(hash, held, w) {
+            self.check_quorum(p, now, out);
+        }
+    }
+
+    /// Reconciliation (DESIGN.md §3.2): if the state most recently heard peers hold for
+    /// our round (or a later one, when we are behind) differs from ours, fetch it.
+    fn reconcile(&mut self, p: usize, now: Millis, out: &mut Vec<Output>) {
+        let max_round = self.schedule.current_round(p, now);
+        let lane = &self.lanes[p];
+        if lane.state_fetch.is_some() {
+            return;
+        }
+        let Some(latest) = lane.votes.latest_round(max_round) else { return };
+        let target = latest.max(lane.state.round);
+        let Some(leader) = lane.votes.leader(target) else { return };
+        if leader.hash == lane.state_hash {
+            return;
+        }
+        let mut sources: Vec<PeerId> =
+            leader.holders.into_iter().filter(|&h| h != self.me).collect();
+        if sources.is_empty() {
+            return;
+        }
+        // Start at a random holder so a thousand peers do not all ask the same one.
+        let start = self.rng.random_range(0..sources.len());
+        sources.rotate_left(start);
+        sources.truncate(8);
+        let max_len = (lane.state.wire_len() as u64).saturating_mul(2).max(1 << 16);
+        self.lanes[p].state_fetch = Some(leader.hash);
+        let f = InFlight {
+            fragment: p,
+            kind: Kind::State,
+            sources,
+            attempts: 0,
+            announced_at: now,
+            max_len,
+        };
+        self.in_flight.insert(leader.hash, f);
+        self.retry(leader.hash, now, out);
+    }
+
+    fn accept_state(
+        &mut self,
+        from: PeerId,
+        hash: ContentHash,
+        bytes: &[u8],
+        p: usize,
+        out: &mut Vec<Output>,
+    ) {
+        let lane = &mut self.lanes[p];
+        lane.state_fetch = None;
+        let state = match FragmentState::from_bytes(bytes, &lane.spec) {
+            Ok(s) => s,
+            Err(e) => return self.reject(from, hash, e.to_string(), out),
+        };
+        // A state older than ours is outdated by now; the next check will look again.
+        if state.round < lane.state.round || hash == lane.state_hash {
+            return;
+        }
+        out.extend(lane.adopt(
+            self.me,
+            state,
+            hash,
+            &self.settings,
+            &self.limits,
+            &mut self.metrics,
+        ));
+    }
+}

@@ -1,0 +1,129 @@
+//! What goes into the protocol core and what comes out of it.
+//!
+//! The core never sleeps, sends or reads a clock: the node (or the simulator) feeds it
+//! [`Event`]s with the current time and carries out the [`Output`]s.
+
+use super::{Message, Millis, PeerId};
+use crate::delta::ContentHash;
+use std::sync::Arc;
+
+/// Timers the core asks for; they come back as [`Event::Timer`] at or after `at`.
+/// Timers are never cancelled; the core ignores those that no longer apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Timer {
+    /// Round `round` of `fragment` opens: snapshot, publish, start waiting for the quorum.
+    Open { fragment: usize, round: u64 },
+    /// The grace window after the quorum ended: merge now.
+    Close { fragment: usize, round: u64 },
+    /// The quorum did not come in time: skip the round (what arrived stays pending).
+    Deadline { fragment: usize, round: u64 },
+    /// Compare state hashes with the other peers; fetch the majority state if ours differs.
+    Reconcile { fragment: usize, round: u64 },
+    /// A fetch was not answered; retry elsewhere or give up.
+    FetchTimeout { hash: ContentHash, attempt: u32 },
+}
+
+/// Inputs.
+#[derive(Debug, Clone)]
+pub enum Event {
+    Timer(Timer),
+    /// Answer to [`Output::Snapshot`]: the trainer's current parameters of the fragment and
+    /// the tokens and inner steps counted since the previous snapshot of this fragment.
+    /// With `steps == 0` nothing is published.
+    Snapshot {
+        fragment: usize,
+        round: u64,
+        params: Vec<f32>,
+        tokens: u64,
+        steps: u64,
+    },
+    /// A gossip message (already decoded with [`super::decode_message`]).
+    Message {
+        from: PeerId,
+        msg: Message,
+    },
+    /// Answer to [`Output::Fetch`]; the core verifies the hash itself.
+    Fetched {
+        from: PeerId,
+        hash: ContentHash,
+        bytes: Arc<[u8]>,
+    },
+    /// A fetch failed (peer gone, refused, too large); the core retries elsewhere.
+    FetchFailed {
+        from: PeerId,
+        hash: ContentHash,
+    },
+}
+
+/// The trainer should take this anchor for the fragment between two inner steps:
+/// `θ ← α·θ + (1−α)·anchor`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApplyAnchor {
+    pub fragment: usize,
+    pub round: u64,
+    pub anchor: Vec<f32>,
+    pub alpha: f32,
+}
+
+/// What a merge did, for metrics, status and tests.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MergeReport {
+    pub fragment: usize,
+    pub round: u64,
+    /// Hash of the resulting state (anchor + momentum + merged-id log).
+    pub state_hash: ContentHash,
+    /// Contributions merged, in canonical (hash) order.
+    pub merged: Vec<ContentHash>,
+    /// How many of them were made for an earlier round (late arrivals).
+    pub late: usize,
+    /// Time from the round opening to the merge.
+    pub since_open_ms: Millis,
+    /// Time from the quorum being held to the merge (the grace actually waited).
+    pub waited_ms: Millis,
+    /// The grace window in force when the quorum was reached.
+    pub grace_ms: Millis,
+}
+
+/// Outputs.
+#[derive(Debug, Clone)]
+pub enum Output {
+    /// Gossip this message (encode with [`super::encode_message`]).
+    Broadcast(Message),
+    /// Fetch the payload `hash` (at most `max_len` bytes) from `from`; answer with
+    /// [`Event::Fetched`] or [`Event::FetchFailed`]. Serve others with
+    /// [`super::Protocol::serve`].
+    Fetch { from: PeerId, hash: ContentHash, max_len: u64 },
+    /// Deliver [`Event::Timer`] with `timer` at time `at`.
+    SetTimer { at: Millis, timer: Timer },
+    /// Take a snapshot of the fragment's parameters and counters; answer with
+    /// [`Event::Snapshot`] (the trainer keeps training meanwhile).
+    Snapshot { fragment: usize, round: u64 },
+    /// A new anchor for the trainer.
+    Apply(ApplyAnchor),
+    /// A round was merged.
+    Merged(MergeReport),
+    /// A round closed without its quorum; its contributions stay pending.
+    Skipped { fragment: usize, round: u64 },
+    /// The fragment's state was replaced by the majority's (reconciliation or catch-up).
+    Adopted { fragment: usize, round: u64, hash: ContentHash, previous_round: u64 },
+    /// A peer sent something invalid: log it and lower its score.
+    Misbehaved { peer: PeerId, reason: String },
+}
+
+/// Counters on the hot paths.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Metrics {
+    pub published: u64,
+    pub published_bytes: u64,
+    pub merges: u64,
+    pub skipped_rounds: u64,
+    pub merged_contributions: u64,
+    pub late_merged: u64,
+    pub stale_dropped: u64,
+    pub adoptions: u64,
+    pub resurrected: u64,
+    pub fetches: u64,
+    pub fetch_failures: u64,
+    pub rejected: u64,
+    pub refused_full: u64,
+}

@@ -1,0 +1,233 @@
+//! The merge of one fragment's round: token weights, RDA (or the weighted mean), and the
+//! outer Nesterov step (DESIGN.md §2.3.3–5).
+//!
+//! Determinism is the point of this file. Contributions are sorted by content hash, every
+//! sum runs in that order with f64 accumulators, and nothing here is parallel; the final
+//! values are rounded to f32 once. Rust never fuses multiply-adds on its own, so the same
+//! previous state and the same set give the same bits on every machine (§3.1.3).
+
+use super::MergeRule;
+use crate::delta::ContentHash;
+use crate::fragment::FragmentSpec;
+
+/// One delta as the merge sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Input<'a> {
+    pub hash: ContentHash,
+    pub tokens: u64,
+    pub steps: u64,
+    pub values: &'a [f32],
+}
+
+/// `tokens² / steps` (tokens processed × tokens per step): fast and big-batch learners
+/// weigh more. A contribution with no tokens gets weight 0.
+pub fn weight(tokens: u64, steps: u64) -> f64 {
+    let t = tokens as f64;
+    t * t / steps.max(1) as f64
+}
+
+/// Sorts by content hash: the one order every peer can agree on without talking.
+pub fn canonical_order(inputs: &mut [Input<'_>]) {
+    inputs.sort_by_key(|i| i.hash);
+}
+
+/// Combines the deltas (already in canonical order) into the outer gradient `Δ`.
+/// All-zero weights fall back to equal weights so a round of token-less deltas still moves.
+pub fn combine(spec: &FragmentSpec, inputs: &[Input<'_>], rule: MergeRule) -> Vec<f32> {
+    let numel = spec.numel();
+    let mut w: Vec<f64> = inputs.iter().map(|i| weight(i.tokens, i.steps)).collect();
+    if w.iter().sum::<f64>() <= 0.0 {
+        w.iter_mut().for_each(|x| *x = 1.0);
+    }
+    let total: f64 = w.iter().sum();
+    let mut out = vec![0f32; numel];
+    for (tensor, range) in spec.ranges() {
+        let plain = rule == MergeRule::Mean || tensor.is_embedding;
+        let merged = if plain {
+            weighted_mean(inputs, &w, total, range.clone())
+        } else {
+            rda(inputs, &w, total, range.clone())
+        };
+        out[range].copy_from_slice(&merged);
+    }
+    out
+}
+
+fn weighted_mean(
+    inputs: &[Input<'_>],
+    w: &[f64],
+    total: f64,
+    range: std::ops::Range<usize>,
+) -> Vec<f32> {
+    let mut acc = vec![0f64; range.len()];
+    for (inp, &wi) in inputs.iter().zip(w) {
+        for (a, &v) in acc.iter_mut().zip(&inp.values[range.clone()]) {
+            *a += wi * f64::from(v);
+        }
+    }
+    acc.iter().map(|a| (a / total) as f32).collect()
+}
+
+/// Radial-directional averaging: the weighted mean of the norms times the direction of the
+/// weighted mean of the unit vectors. Nearly orthogonal deltas keep their typical length
+/// instead of shrinking like `1/√M`, so the outer learning rate does not depend on `M`.
+fn rda(inputs: &[Input<'_>], w: &[f64], total: f64, range: std::ops::Range<usize>) -> Vec<f32> {
+    let mut dir = vec![0f64; range.len()];
+    let mut norm_acc = 0f64;
+    for (inp, &wi) in inputs.iter().zip(w) {
+        let x = &inp.values[range.clone()];
+        let n = x.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>().sqrt();
+        norm_acc += wi * n;
+        if n > 0.0 {
+            let k = wi / n;
+            for (d, &v) in dir.iter_mut().zip(x) {
+                *d += k * f64::from(v);
+            }
+        }
+    }
+    let radius = norm_acc / total;
+    let dn = dir.iter().map(|d| d * d).sum::<f64>().sqrt();
+    if dn == 0.0 {
+        return vec![0.0; range.len()];
+    }
+    dir.iter().map(|d| (radius * d / dn) as f32).collect()
+}
+
+/// Outer SGD with Nesterov momentum: `buf ← μ·buf + Δ; anchor ← anchor − lr·(Δ + μ·buf)`.
+pub fn outer_step(anchor: &mut [f32], momentum: &mut [f32], delta: &[f32], lr: f32, mu: f32) {
+    for ((a, m), &d) in anchor.iter_mut().zip(momentum.iter_mut()).zip(delta) {
+        *m = mu * *m + d;
+        *a -= lr * (d + mu * *m);
+    }
+}
+
+/// Consensus distance: mean over peers of `‖anchor_i − mean‖ / ‖mean‖` (0 = agreement).
+/// The mean is taken in peer order with f64 accumulators. Returns 0 for fewer than 2 peers.
+pub fn consensus_distance(anchors: &[&[f32]]) -> f64 {
+    let Some(first) = anchors.first() else { return 0.0 };
+    if anchors.len() < 2 {
+        return 0.0;
+    }
+    let n = first.len();
+    let mut mean = vec![0f64; n];
+    for a in anchors {
+        for (m, &v) in mean.iter_mut().zip(a.iter()) {
+            *m += f64::from(v);
+        }
+    }
+    mean.iter_mut().for_each(|m| *m /= anchors.len() as f64);
+    let mean_norm = mean.iter().map(|m| m * m).sum::<f64>().sqrt().max(1e-30);
+    let spread: f64 = anchors
+        .iter()
+        .map(|a| a.iter().zip(&mean).map(|(&v, m)| (f64::from(v) - m).powi(2)).sum::<f64>().sqrt())
+        .sum();
+    spread / anchors.len() as f64 / mean_norm
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fragment::TensorSpec;
+    use proptest::prelude::*;
+
+    fn spec(emb: bool) -> FragmentSpec {
+        FragmentSpec {
+            id: 0,
+            tensors: vec![
+                TensorSpec { name: "a".into(), shape: vec![3], is_embedding: emb },
+                TensorSpec { name: "b".into(), shape: vec![2], is_embedding: false },
+            ],
+        }
+    }
+
+    fn inputs(vals: &[Vec<f32>]) -> Vec<Input<'_>> {
+        vals.iter()
+            .enumerate()
+            .map(|(i, v)| Input {
+                hash: ContentHash::of(&i.to_le_bytes()),
+                tokens: 100 * (i as u64 + 1),
+                steps: 10,
+                values: v,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn rda_keeps_the_norm_of_orthogonal_deltas() {
+        let vals = vec![vec![1.0, 0.0, 0.0, 0.0, 0.0], vec![0.0, 1.0, 0.0, 0.0, 0.0]];
+        let mut inp = inputs(&vals);
+        inp.iter_mut().for_each(|i| i.tokens = 100);
+        canonical_order(&mut inp);
+        let rda_out = combine(&spec(false), &inp, MergeRule::Rda);
+        let mean_out = combine(&spec(false), &inp, MergeRule::Mean);
+        let n = |v: &[f32]| v[..3].iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((n(&rda_out) - 1.0).abs() < 1e-6);
+        assert!((n(&mean_out) - 0.5f32.sqrt()).abs() < 1e-6);
+        // The embedding tensor takes the plain mean even under RDA.
+        let emb_out = combine(&spec(true), &inp, MergeRule::Rda);
+        assert_eq!(&emb_out[..3], &mean_out[..3]);
+    }
+
+    #[test]
+    fn weights_favour_tokens_squared_per_step() {
+        assert_eq!(weight(100, 10), 1000.0);
+        assert_eq!(weight(200, 10), 4000.0);
+        assert_eq!(weight(0, 0), 0.0);
+    }
+
+    #[test]
+    fn nesterov_step_matches_the_formula() {
+        let (mut a, mut m) = (vec![1.0f32], vec![0.5f32]);
+        outer_step(&mut a, &mut m, &[0.2], 0.7, 0.9);
+        assert!((m[0] - (0.45 + 0.2)).abs() < 1e-7);
+        assert!((a[0] - (1.0 - 0.7 * (0.2 + 0.9 * 0.65))).abs() < 1e-6);
+    }
+
+    #[test]
+    fn consensus_distance_is_zero_for_equal_anchors() {
+        let a = [1.0f32, 2.0];
+        let b = [1.0f32, 2.2];
+        assert_eq!(consensus_distance(&[&a, &a, &a]), 0.0);
+        assert!(consensus_distance(&[&a, &b]) > 0.0);
+    }
+
+    proptest! {
+        /// The merge result does not depend on the order contributions arrived in.
+        #[test]
+        fn merge_is_order_independent(
+            vals in prop::collection::vec(prop::collection::vec(-1f32..1.0, 5), 1..12),
+            rot in 0usize..12,
+            mean in any::<bool>(),
+        ) {
+            let rule = if mean { MergeRule::Mean } else { MergeRule::Rda };
+            let mut a = inputs(&vals);
+            let mut b = a.clone();
+            b.rotate_left(rot % vals.len());
+            b.reverse();
+            canonical_order(&mut a);
+            canonical_order(&mut b);
+            let x = combine(&spec(true), &a, rule);
+            let y = combine(&spec(true), &b, rule);
+            prop_assert_eq!(
+                x.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                y.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+            );
+        }
+
+        /// RDA's per-tensor norm is the weighted mean of the input norms (when directions
+        /// do not cancel).
+        #[test]
+        fn rda_norm_is_weighted_mean_norm(vals in prop::collection::vec(prop::collection::vec(0.1f32..1.0, 5), 1..6)) {
+            let mut inp = inputs(&vals);
+            canonical_order(&mut inp);
+            let out = combine(&spec(false), &inp, MergeRule::Rda);
+            let w: Vec<f64> = inp.iter().map(|i| weight(i.tokens, i.steps)).collect();
+            let tw: f64 = w.iter().sum();
+            let want: f64 = inp.iter().zip(&w)
+                .map(|(i, wi)| wi * i.values[3..].iter().map(|&v| f64::from(v).powi(2)).sum::<f64>().sqrt())
+                .sum::<f64>() / tw;
+            let got = out[3..].iter().map(|&v| f64::from(v).powi(2)).sum::<f64>().sqrt();
+            prop_assert!((got - want).abs() < 1e-5 * want.max(1.0));
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! Who holds which state: the votes behind reconciliation (DESIGN.md §3.2).
+//!
+//! After each merge every peer announces its state hash. When peers disagree, the state
+//! held by the most recently heard peers wins; ties go to the smallest hash, so every peer
+//! that heard the same announcements picks the same winner without talking further. Only
+//! each peer's latest announcement counts, so a peer that moved on is not counted twice.
+
+use super::PeerId;
+use crate::delta::ContentHash;
+use std::collections::{BTreeMap, HashMap};
+
+/// The latest state announcement of each peer, for one fragment.
+#[derive(Debug, Clone, Default)]
+pub struct Votes {
+    latest: HashMap<PeerId, (u64, ContentHash)>,
+    /// Most peers remembered; a flood of fake identities cannot grow memory past it.
+    capacity: usize,
+}
+
+/// The winning state of a round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leader {
+    pub round: u64,
+    pub hash: ContentHash,
+    /// Peers holding it, in id order (sources to fetch it from).
+    pub holders: Vec<PeerId>,
+    /// Peers that announced any state for this round.
+    pub voters: usize,
+}
+
+impl Votes {
+    pub fn new(capacity: usize) -> Self {
+        Self { latest: HashMap::new(), capacity }
+    }
+
+    /// Records `peer`'s announcement unless it is older than what we have from it.
+    pub fn record(&mut self, peer: PeerId, round: u64, hash: ContentHash) {
+        if let Some(prev) = self.latest.get(&peer) {
+            if prev.0 > round {
+                return;
+            }
+        } else if self.latest.len() >= self.capacity {
+            return;
+        }
+        self.latest.insert(peer, (round, hash));
+    }
+
+    /// Forgets peers whose latest announcement is older than `oldest` (gone or stuck).
+    pub fn prune(&mut self, oldest: u64) {
+        self.latest.retain(|_, (r, _)| *r >= oldest);
+    }
+
+    /// The most recent round that anyone announced, up to `max_round`.
+    pub fn latest_round(&self, max_round: u64) -> Option<u64> {
+        self.latest.values().map(|(r, _)| *r).filter(|&r| r <= max_round).max()
+    }
+
+    /// The state most peers hold for `round` (ties: smallest hash).
+    pub fn leader(&self, round: u64) -> Option<Leader> {
+        let mut tally: BTreeMap<ContentHash, Vec<PeerId>> = BTreeMap::new();
+        let mut voters = 0;
+        for (peer, (r, h)) in &self.latest {
+            if *r == round {
+                tally.entry(*h).or_default().push(*peer);
+                voters += 1;
+            }
+        }
+        // BTreeMap iterates hashes in ascending order; `max_by_key` keeps the last maximum,
+        // so iterate in reverse to make the smallest hash win ties.
+        let (hash, mut holders) = tally.into_iter().rev().max_by_key(|(_, p)| p.len())?;
+        holders.sort_unstable();
+        Some(Leader { round, hash, holders, voters })
+    }
+
+    /// Fraction of the peers that announced `round` holding `hash` (1 when nobody did).
+    pub fn agreement(&self, round: u64, hash: ContentHash) -> f64 {
+        let (mut same, mut all) = (0usize, 0usize);
+        for (r, h) in self.latest.values() {
+            if *r == round {
+                all += 1;
+                same += usize::from(*h == hash);
+            }
+        }
+        if all == 0 {
+            1.0
+        } else {
+            same as f64 / all as f64
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn majority_then_smallest_hash_wins() {
+        let (a, b) = (ContentHash([1; 32]), ContentHash([2; 32]));
+        let mut v = Votes::new(10);
+        v.record(PeerId(1), 5, b);
+        v.record(PeerId(2), 5, a);
+        assert_eq!(v.leader(5).unwrap().hash, a);
+        v.record(PeerId(3), 5, b);
+        let l = v.leader(5).unwrap();
+        assert_eq!((l.hash, l.holders.clone(), l.voters), (b, vec![PeerId(1), PeerId(3)], 3));
+        // A newer announcement replaces an older one; an older one is ignored.
+        v.record(PeerId(3), 6, a);
+        v.record(PeerId(3), 4, b);
+        assert_eq!(v.leader(5).unwrap().hash, a);
+        assert_eq!(v.latest_round(100), Some(6));
+        assert_eq!(v.latest_round(5), Some(5));
+        v.prune(6);
+        assert!(v.leader(5).is_none());
+    }
+
+    #[test]
+    fn capacity_bounds_memory() {
+        let mut v = Votes::new(2);
+        for i in 0..10 {
+            v.record(PeerId(i), 1, ContentHash([0; 32]));
+        }
+        assert_eq!(v.leader(1).unwrap().voters, 2);
+    }
+}

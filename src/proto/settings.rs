@@ -1,0 +1,242 @@
+//! Protocol settings: raw (serde, goes into the run manifest) → validated.
+//!
+//! Every peer of a run must hold the same settings: the schedule, the merge rule and the
+//! outer optimizer are all derived from them, and a difference would make anchors diverge.
+
+use crate::delta::EncodeOptions;
+use serde::{Deserialize, Serialize};
+
+/// How one fragment's deltas are combined (DESIGN.md §2.3.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MergeRule {
+    /// Radial-directional averaging per tensor; the embedding takes the weighted mean.
+    Rda,
+    /// Weighted mean for every tensor (ablation baseline).
+    Mean,
+}
+
+/// Settings as written in a manifest. Field docs give the unit and the default.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawSettings {
+    /// `H`: inner steps per fragment cycle at the reference speed. Default 50.
+    pub h: u64,
+    /// `P`: number of fragments. Default 4.
+    pub fragments: usize,
+    /// Reference duration of one inner step in ms; the cycle period is `h × step_ms`.
+    /// Default 100.
+    pub step_ms: u64,
+    /// `K`: minimum quorum of contributions (own included) before a round may close.
+    pub quorum: usize,
+    /// `γ` of the grace window (Eq. 3). Default 0.5.
+    pub gamma: f64,
+    /// Upper bound of the grace window in ms. Default 1000.
+    pub grace_cap_ms: u64,
+    /// `τ`: overlap in inner steps between the start of a merge and the anchor landing.
+    pub tau: u64,
+    /// Weight of a new sample in the moving averages of step, quorum and sync times.
+    pub ema_weight: f64,
+    /// Outer SGD learning rate. Default 0.7.
+    pub outer_lr: f32,
+    /// Outer Nesterov momentum `μ`. Default 0.9.
+    pub momentum: f32,
+    /// `α`: the trainer takes `α·θ + (1−α)·anchor`; 0 replaces. Default 0.
+    pub alpha: f32,
+    /// Combination rule. Default RDA.
+    pub merge: MergeRule,
+    /// Delta codec.
+    pub encode: EncodeOptions,
+    /// A contribution may be merged up to this many rounds after the round it was made for;
+    /// older ones are dropped as stale. Bounds memory and the merged-id log. Default 3.
+    pub max_lateness: u64,
+    /// Rounds between a delta's round and the round that merges it: 1 (default) merges
+    /// the previous round's deltas, which have had a whole period to spread, so all peers
+    /// merge the same set; 0 merges a round's own deltas (the paper's timing), at the price
+    /// of sets that differ with arrival times and more reconciliation. See ARCHITECTURE.md.
+    pub merge_lag: u64,
+    /// If the quorum is not met this long after a round opened, the round is skipped and
+    /// what arrived stays pending. Default `grace_cap_ms + 2 × step_ms`.
+    pub max_wait_ms: Option<u64>,
+    /// When, as a fraction of the period after a round opened, a peer compares its anchor
+    /// hash with the others' and starts fetching the majority state. Default 0.5.
+    pub reconcile_at: f64,
+    /// A fetch not answered within this many ms is retried from another source.
+    pub fetch_timeout_ms: u64,
+    /// Fetch attempts per payload before giving up.
+    pub fetch_attempts: u32,
+    /// Most contributions held per fragment (pending or recently merged). Default 65 536.
+    pub max_held: usize,
+    /// Deltas above `norm_factor × median of recent norms` are refused. Default 20.
+    pub norm_factor: f32,
+    /// Accepted norms kept per fragment for the outlier check. Default 64.
+    pub norm_window: usize,
+    /// Largest payload fetched, in bytes. Default 256 MiB.
+    pub max_payload_bytes: usize,
+}
+
+impl Default for RawSettings {
+    fn default() -> Self {
+        Self {
+            h: 50,
+            fragments: 4,
+            step_ms: 100,
+            quorum: 1,
+            gamma: 0.5,
+            grace_cap_ms: 1000,
+            tau: 2,
+            ema_weight: 0.2,
+            outer_lr: 0.7,
+            momentum: 0.9,
+            alpha: 0.0,
+            merge: MergeRule::Rda,
+            encode: EncodeOptions::default(),
+            max_lateness: 3,
+            merge_lag: 1,
+            max_wait_ms: None,
+            reconcile_at: 0.5,
+            fetch_timeout_ms: 2000,
+            fetch_attempts: 3,
+            max_held: 65_536,
+            norm_factor: 20.0,
+            norm_window: 64,
+            max_payload_bytes: 256 << 20,
+        }
+    }
+}
+
+/// Why settings were refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SettingsError {
+    #[error("{field} = {value} is out of range: {why}")]
+    OutOfRange { field: &'static str, value: String, why: &'static str },
+}
+
+fn check(
+    ok: bool,
+    field: &'static str,
+    value: impl ToString,
+    why: &'static str,
+) -> Result<(), SettingsError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(SettingsError::OutOfRange { field, value: value.to_string(), why })
+    }
+}
+
+/// Validated settings. Fields are read through [`Settings::raw`]; serialises as the raw form.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    raw: RawSettings,
+    max_wait_ms: u64,
+}
+
+impl Settings {
+    /// Validates `raw`.
+    pub fn new(raw: RawSettings) -> Result<Self, SettingsError> {
+        let r = &raw;
+        check(r.h >= 1, "h", r.h, "at least one inner step per cycle")?;
+        check((1..=4096).contains(&r.fragments), "fragments", r.fragments, "1..=4096")?;
+        check(r.step_ms >= 1, "step_ms", r.step_ms, "at least 1 ms")?;
+        let period = r.h.saturating_mul(r.step_ms);
+        check(period >= r.fragments as u64, "h", r.h, "period must leave ≥1 ms per fragment")?;
+        check(r.quorum >= 1, "quorum", r.quorum, "at least 1")?;
+        check((0.0..=1.0).contains(&r.gamma), "gamma", r.gamma, "0..=1")?;
+        check(r.tau >= 1, "tau", r.tau, "at least 1")?;
+        check(r.ema_weight > 0.0 && r.ema_weight <= 1.0, "ema_weight", r.ema_weight, "(0, 1]")?;
+        check(r.outer_lr.is_finite() && r.outer_lr > 0.0, "outer_lr", r.outer_lr, "> 0")?;
+        check((0.0..1.0).contains(&r.momentum), "momentum", r.momentum, "[0, 1)")?;
+        check((0.0..=1.0).contains(&r.alpha), "alpha", r.alpha, "0..=1")?;
+        check((1..=64).contains(&r.max_lateness), "max_lateness", r.max_lateness, "1..=64")?;
+        check(
+            r.reconcile_at > 0.0 && r.reconcile_at < 1.0,
+            "reconcile_at",
+            r.reconcile_at,
+            "(0, 1)",
+        )?;
+        check(r.merge_lag <= 4, "merge_lag", r.merge_lag, "0..=4")?;
+        let max_wait = r.max_wait_ms.unwrap_or(r.grace_cap_ms + 2 * r.step_ms);
+        // The round must be closed before the reconciliation check looks at its votes.
+        let reconcile_ms = (period as f64 * r.reconcile_at) as u64;
+        check(
+            max_wait.max(r.grace_cap_ms) < reconcile_ms,
+            "grace_cap_ms",
+            r.grace_cap_ms,
+            "grace cap and max wait must end before reconcile_at × period",
+        )?;
+        check(r.fetch_timeout_ms >= 1, "fetch_timeout_ms", r.fetch_timeout_ms, "≥ 1")?;
+        check(r.fetch_attempts >= 1, "fetch_attempts", r.fetch_attempts, "≥ 1")?;
+        check(r.max_held >= r.quorum, "max_held", r.max_held, "must hold at least a quorum")?;
+        check(r.norm_factor > 1.0, "norm_factor", r.norm_factor, "> 1")?;
+        check(r.norm_window >= 1, "norm_window", r.norm_window, "≥ 1")?;
+        check(r.max_payload_bytes >= 64, "max_payload_bytes", r.max_payload_bytes, "≥ 64")?;
+        check(
+            crate::delta::BLOCK_RANGE.contains(&r.encode.block),
+            "encode.block",
+            r.encode.block,
+            "8..=65536",
+        )?;
+        Ok(Self { raw, max_wait_ms: max_wait })
+    }
+
+    /// The settings as given.
+    pub fn raw(&self) -> &RawSettings {
+        &self.raw
+    }
+
+    /// Fragment cycle period in ms (`H × step_ms`).
+    pub fn period_ms(&self) -> u64 {
+        self.raw.h * self.raw.step_ms
+    }
+
+    /// Longest wait for the quorum after a round opens.
+    pub fn max_wait_ms(&self) -> u64 {
+        self.max_wait_ms
+    }
+
+    /// Offset of the reconciliation check after a round opens.
+    pub fn reconcile_offset_ms(&self) -> u64 {
+        (self.period_ms() as f64 * self.raw.reconcile_at) as u64
+    }
+}
+
+impl Serialize for Settings {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.raw.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Settings {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Settings::new(RawSettings::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_validate_and_round_trip() {
+        let s = Settings::new(RawSettings::default()).unwrap();
+        assert_eq!(s.period_ms(), 5000);
+        let json = serde_json::to_string(&s).unwrap();
+        let back: Settings = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, s);
+    }
+
+    #[test]
+    fn nonsense_is_refused_with_the_field_name() {
+        let bad = RawSettings { quorum: 0, ..RawSettings::default() };
+        let e = Settings::new(bad).unwrap_err().to_string();
+        assert!(e.contains("quorum"), "{e}");
+        let bad = RawSettings { grace_cap_ms: 10_000, ..RawSettings::default() };
+        assert!(Settings::new(bad).is_err());
+        let bad = RawSettings { momentum: 1.0, ..RawSettings::default() };
+        assert!(Settings::new(bad).is_err());
+        assert!(serde_json::from_str::<Settings>(r#"{"h": 0}"#).is_err());
+        assert!(serde_json::from_str::<RawSettings>(r#"{"typo": 1}"#).is_err());
+    }
+}

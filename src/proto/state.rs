@@ -1,0 +1,271 @@
+//! One fragment's replicated state — anchor, Nesterov buffer, round and the log of which
+//! contributions recent rounds merged — and its wire form (the payload peers fetch to
+//! reconcile or catch up).
+//!
+//! The merged-id log travels with the state because "never merged twice, never dropped"
+//! is a property of a lineage, not of a peer: a peer that adopts another's state must also
+//! adopt what that state has already absorbed, and re-queue what it had merged itself but
+//! the adopted lineage had not.
+//!
+//! Wire form v1 (little-endian): magic "ATST", u16 version, u32 fragment, u64 round,
+//! u32 numel, anchor f32×numel, momentum f32×numel, u32 log length, then per entry
+//! u64 round, u32 count, u64 short-id×count (sorted). The state hash is blake3 of exactly
+//! these bytes, so equal hashes mean equal anchors, momenta and logs.
+
+use crate::delta::ContentHash;
+use crate::fragment::FragmentSpec;
+use std::collections::VecDeque;
+
+const MAGIC: [u8; 4] = *b"ATST";
+/// Version of the state wire format.
+pub const STATE_WIRE_VERSION: u16 = 1;
+/// Most ids one log entry may hold on the wire (bounds allocation on decode).
+pub const MAX_IDS_PER_ROUND: usize = 1 << 20;
+/// Most log entries on the wire (max lateness is at most 64 rounds).
+pub const MAX_LOG_ENTRIES: usize = 128;
+
+/// The replicated state of one fragment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FragmentState {
+    pub fragment: u32,
+    /// The round whose merge produced this state (0: the initial anchor).
+    pub round: u64,
+    pub anchor: Vec<f32>,
+    pub momentum: Vec<f32>,
+    /// `(round, sorted short ids merged in it)` for recent rounds, oldest first.
+    pub log: VecDeque<(u64, Vec<u64>)>,
+}
+
+/// Why a state payload was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StateError {
+    #[error("state payload truncated or malformed at byte {0}")]
+    Malformed(usize),
+    #[error("not a state payload")]
+    BadMagic,
+    #[error("unsupported state wire version {0}")]
+    Version(u16),
+    #[error("state is for fragment {got}, expected {want}")]
+    WrongFragment { got: u32, want: usize },
+    #[error("state has {got} values, expected {want}")]
+    WrongLength { got: u32, want: usize },
+    #[error("state holds a non-finite value")]
+    NonFinite,
+    #[error("state log exceeds its bounds")]
+    LogTooLarge,
+    #[error("state payload has trailing bytes")]
+    Trailing,
+}
+
+impl FragmentState {
+    /// The initial state: the run's initial anchor, zero momentum, round 0.
+    pub fn initial(fragment: u32, anchor: Vec<f32>) -> Self {
+        let momentum = vec![0.0; anchor.len()];
+        Self { fragment, round: 0, anchor, momentum, log: VecDeque::new() }
+    }
+
+    /// Whether a contribution with this short id is in the log.
+    pub fn has_merged(&self, short: u64) -> bool {
+        self.log.iter().any(|(_, ids)| ids.binary_search(&short).is_ok())
+    }
+
+    /// Appends a round's ids and forgets rounds older than `keep` rounds before `round`.
+    pub fn record(&mut self, round: u64, mut ids: Vec<u64>, keep: u64) {
+        ids.sort_unstable();
+        ids.dedup();
+        self.log.push_back((round, ids));
+        while self.log.front().is_some_and(|(r, _)| r + keep < round) {
+            self.log.pop_front();
+        }
+    }
+
+    fn write(&self, sink: &mut impl Sink) {
+        sink.put(&MAGIC);
+        sink.put(&STATE_WIRE_VERSION.to_le_bytes());
+        sink.put(&self.fragment.to_le_bytes());
+        sink.put(&self.round.to_le_bytes());
+        sink.put(&(self.anchor.len() as u32).to_le_bytes());
+        for v in self.anchor.iter().chain(&self.momentum) {
+            sink.put(&v.to_le_bytes());
+        }
+        sink.put(&(self.log.len() as u32).to_le_bytes());
+        for (round, ids) in &self.log {
+            sink.put(&round.to_le_bytes());
+            sink.put(&(ids.len() as u32).to_le_bytes());
+            for id in ids {
+                sink.put(&id.to_le_bytes());
+            }
+        }
+    }
+
+    /// The wire form.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(32 + 8 * self.anchor.len());
+        self.write(&mut out);
+        out
+    }
+
+    /// blake3 of the wire form, computed without building it.
+    pub fn hash(&self) -> ContentHash {
+        let mut h = blake3::Hasher::new();
+        self.write(&mut h);
+        ContentHash(*h.finalize().as_bytes())
+    }
+
+    /// Size of the wire form.
+    pub fn wire_len(&self) -> usize {
+        26 + 8 * self.anchor.len()
+            + self.log.iter().map(|(_, ids)| 12 + 8 * ids.len()).sum::<usize>()
+    }
+
+    /// Parses and checks a state payload for `spec`. Never panics.
+    pub fn from_bytes(bytes: &[u8], spec: &FragmentSpec) -> Result<Self, StateError> {
+        let mut r = Reader { bytes, pos: 0 };
+        if r.take(4)? != MAGIC {
+            return Err(StateError::BadMagic);
+        }
+        let version = u16::from_le_bytes(r.array()?);
+        if version != STATE_WIRE_VERSION {
+            return Err(StateError::Version(version));
+        }
+        let fragment = u32::from_le_bytes(r.array()?);
+        if fragment as usize != spec.id {
+            return Err(StateError::WrongFragment { got: fragment, want: spec.id });
+        }
+        let round = u64::from_le_bytes(r.array()?);
+        let numel = u32::from_le_bytes(r.array()?);
+        if numel as usize != spec.numel() {
+            return Err(StateError::WrongLength { got: numel, want: spec.numel() });
+        }
+        // The length is known to match the spec, and `take` checks the bytes exist.
+        let floats = r.take(8 * numel as usize)?;
+        let all: Vec<f32> =
+            floats.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        if all.iter().any(|v| !v.is_finite()) {
+            return Err(StateError::NonFinite);
+        }
+        let (anchor, momentum) = all.split_at(numel as usize);
+        let entries = u32::from_le_bytes(r.array()?) as usize;
+        if entries > MAX_LOG_ENTRIES {
+            return Err(StateError::LogTooLarge);
+        }
+        let mut log = VecDeque::with_capacity(entries);
+        for _ in 0..entries {
+            let round = u64::from_le_bytes(r.array()?);
+            let count = u32::from_le_bytes(r.array()?) as usize;
+            if count > MAX_IDS_PER_ROUND {
+                return Err(StateError::LogTooLarge);
+            }
+            let raw = r.take(8 * count)?;
+            let ids: Vec<u64> = raw
+                .chunks_exact(8)
+                .map(|b| u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
+                .collect();
+            log.push_back((round, ids));
+        }
+        if r.pos != bytes.len() {
+            return Err(StateError::Trailing);
+        }
+        Ok(Self { fragment, round, anchor: anchor.to_vec(), momentum: momentum.to_vec(), log })
+    }
+}
+
+/// Where the wire form goes: a buffer, or straight into the hasher.
+trait Sink {
+    fn put(&mut self, bytes: &[u8]);
+}
+
+impl Sink for Vec<u8> {
+    fn put(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+}
+
+impl Sink for blake3::Hasher {
+    fn put(&mut self, bytes: &[u8]) {
+        self.update(bytes);
+    }
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], StateError> {
+        let end = self.pos.checked_add(n).filter(|&e| e <= self.bytes.len());
+        let end = end.ok_or(StateError::Malformed(self.pos))?;
+        let s = &self.bytes[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], StateError> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N)?);
+        Ok(a)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fragment::TensorSpec;
+    use proptest::prelude::*;
+
+    fn spec(n: usize) -> FragmentSpec {
+        FragmentSpec {
+            id: 1,
+            tensors: vec![TensorSpec { name: "w".into(), shape: vec![n], is_embedding: false }],
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn round_trip_and_hash(
+            anchor in prop::collection::vec(-5f32..5.0, 1..50),
+            ids in prop::collection::vec(prop::collection::vec(any::<u64>(), 0..10), 0..5),
+        ) {
+            let mut s = FragmentState::initial(1, anchor.clone());
+            for (i, round_ids) in ids.into_iter().enumerate() {
+                s.record(i as u64 + 1, round_ids, 3);
+            }
+            let bytes = s.to_bytes();
+            prop_assert_eq!(bytes.len(), s.wire_len());
+            prop_assert_eq!(ContentHash::of(&bytes), s.hash());
+            let back = FragmentState::from_bytes(&bytes, &spec(anchor.len())).unwrap();
+            prop_assert_eq!(back, s);
+        }
+
+        #[test]
+        fn hostile_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..200), n in 1usize..8) {
+            let _ = FragmentState::from_bytes(&bytes, &spec(n));
+        }
+    }
+
+    #[test]
+    fn log_forgets_old_rounds() {
+        let mut s = FragmentState::initial(1, vec![0.0]);
+        for r in 1..=10 {
+            s.record(r, vec![r], 3);
+        }
+        assert_eq!(s.log.len(), 4);
+        assert!(s.has_merged(10) && s.has_merged(7) && !s.has_merged(6));
+    }
+
+    #[test]
+    fn truncation_and_nan_are_refused() {
+        let s = FragmentState::initial(1, vec![1.0, 2.0]);
+        let bytes = s.to_bytes();
+        assert!(FragmentState::from_bytes(&bytes[..bytes.len() - 1], &spec(2)).is_err());
+        let mut bad = bytes.clone();
+        bad[22..26].copy_from_slice(&f32::NAN.to_le_bytes());
+        assert_eq!(FragmentState::from_bytes(&bad, &spec(2)), Err(StateError::NonFinite));
+        assert!(matches!(
+            FragmentState::from_bytes(&bytes, &spec(3)),
+            Err(StateError::WrongLength { .. })
+        ));
+    }
+}

@@ -1,0 +1,1 @@
+//! Unit tests of the state machine driven by hand (the simulator tests the swarm).
