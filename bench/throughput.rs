@@ -14,7 +14,8 @@ use burn::optim::{AdamWConfig, GradientsParams};
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
+    let value =
+        |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
     let steps: usize = value("--steps").map(|s| s.parse()).transpose()?.unwrap_or(30);
     let backends: Vec<Backend> = match value("--backend").as_deref() {
         None | Some("all") => Backend::ALL.to_vec(),
@@ -41,13 +42,21 @@ fn main() -> anyhow::Result<()> {
             atoll_best = atoll_best.max(atoll_loop(&config, backend, &corpus, steps)?);
             plain_best = plain_best.max(plain_loop(&config, backend, &corpus, steps)?);
         }
-        println!("| {backend} | {atoll_best:.0} | {plain_best:.0} | {:.3} |", atoll_best / plain_best);
+        println!(
+            "| {backend} | {atoll_best:.0} | {plain_best:.0} | {:.3} |",
+            atoll_best / plain_best
+        );
     }
     Ok(())
 }
 
 /// Tokens per second of atoll's trainer (data pipeline, schedule, loss readback included).
-fn atoll_loop(config: &TrainConfig, backend: Backend, corpus: &Corpus, steps: usize) -> anyhow::Result<f64> {
+fn atoll_loop(
+    config: &TrainConfig,
+    backend: Backend,
+    corpus: &Corpus,
+    steps: usize,
+) -> anyhow::Result<f64> {
     let mut trainer = Trainer::new(config.clone(), backend, corpus, Shard::WHOLE)?;
     for _ in 0..3 {
         trainer.step();
@@ -60,7 +69,12 @@ fn atoll_loop(config: &TrainConfig, backend: Backend, corpus: &Corpus, steps: us
 }
 
 /// Tokens per second of the textbook burn loop on one fixed batch.
-fn plain_loop(config: &TrainConfig, backend: Backend, corpus: &Corpus, steps: usize) -> anyhow::Result<f64> {
+fn plain_loop(
+    config: &TrainConfig,
+    backend: Backend,
+    corpus: &Corpus,
+    steps: usize,
+) -> anyhow::Result<f64> {
     let device = backend.train_device();
     device.seed(config.seed);
     let mut model = config.model.init(&device);

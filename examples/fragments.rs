@@ -11,7 +11,8 @@ use atoll::train::{TrainConfig, Trainer};
 
 fn main() -> anyhow::Result<()> {
     let corpus = Corpus::embedded()?;
-    let mut trainer = Trainer::new(TrainConfig::tiny(0), Backend::default(), &corpus, Shard::WHOLE)?;
+    let mut trainer =
+        Trainer::new(TrainConfig::tiny(0), Backend::default(), &corpus, Shard::WHOLE)?;
     let plan = FragmentPlan::new(&tensor_specs(trainer.model()), 4)?;
     for frag in &plan.fragments {
         let names: Vec<&str> = frag.tensors.iter().map(|t| t.name.as_str()).collect();

@@ -37,7 +37,9 @@ pub enum CheckpointError {
     Io { path: PathBuf, source: std::io::Error },
     #[error("checkpoint {path} is corrupt: {reason}; it was not loaded (delete it to start over)")]
     Corrupt { path: PathBuf, reason: String },
-    #[error("checkpoint {path} has format version {found}, this atoll reads version {FORMAT_VERSION}")]
+    #[error(
+        "checkpoint {path} has format version {found}, this atoll reads version {FORMAT_VERSION}"
+    )]
     Version { path: PathBuf, found: u32 },
     #[error("checkpoint {path} was trained on other data (corpus hash {found}, this run uses {expected})")]
     OtherData { path: PathBuf, found: String, expected: String },
@@ -73,7 +75,12 @@ pub fn path_in(run_dir: &Path) -> PathBuf {
 }
 
 /// Writes `trainer`'s state to `run_dir` atomically; returns the file's path.
-pub fn save(trainer: &Trainer, shard: Shard, corpus: &Corpus, run_dir: &Path) -> Result<PathBuf, CheckpointError> {
+pub fn save(
+    trainer: &Trainer,
+    shard: Shard,
+    corpus: &Corpus,
+    run_dir: &Path,
+) -> Result<PathBuf, CheckpointError> {
     let meta = CheckpointMeta {
         config: trainer.config().clone(),
         backend: trainer.backend(),
@@ -82,8 +89,10 @@ pub fn save(trainer: &Trainer, shard: Shard, corpus: &Corpus, run_dir: &Path) ->
         corpus_hash: corpus.hash().to_hex().to_string(),
     };
     let (model, optim) = trainer.snapshot().map_err(|e| CheckpointError::Encode(e.to_string()))?;
-    let meta_json = serde_json::to_vec(&meta).map_err(|e| CheckpointError::Encode(e.to_string()))?;
-    let mut bytes = Vec::with_capacity(HEADER_LEN + meta_json.len() + model.len() + optim.len() + HASH_LEN);
+    let meta_json =
+        serde_json::to_vec(&meta).map_err(|e| CheckpointError::Encode(e.to_string()))?;
+    let mut bytes =
+        Vec::with_capacity(HEADER_LEN + meta_json.len() + model.len() + optim.len() + HASH_LEN);
     bytes.extend_from_slice(MAGIC);
     bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
     for len in [meta_json.len(), model.len(), optim.len()] {
@@ -95,7 +104,8 @@ pub fn save(trainer: &Trainer, shard: Shard, corpus: &Corpus, run_dir: &Path) ->
     let hash = blake3::hash(&bytes);
     bytes.extend_from_slice(hash.as_bytes());
     let path = path_in(run_dir);
-    write_atomic(&path, &bytes).map_err(|source| CheckpointError::Io { path: path.clone(), source })?;
+    write_atomic(&path, &bytes)
+        .map_err(|source| CheckpointError::Io { path: path.clone(), source })?;
     Ok(path)
 }
 
@@ -136,11 +146,15 @@ pub fn load(path: &Path) -> Result<Checkpoint, CheckpointError> {
     if version != FORMAT_VERSION {
         return Err(CheckpointError::Version { path: path.to_owned(), found: version });
     }
-    let len_at = |i: usize| u64::from_le_bytes(bytes[12 + 8 * i..20 + 8 * i].try_into().unwrap_or_default());
+    let len_at =
+        |i: usize| u64::from_le_bytes(bytes[12 + 8 * i..20 + 8 * i].try_into().unwrap_or_default());
     let lens = [len_at(0), len_at(1), len_at(2)];
     let body: u64 = lens.iter().try_fold(0u64, |acc, &l| acc.checked_add(l)).unwrap_or(u64::MAX);
     if body.checked_add((HEADER_LEN + HASH_LEN) as u64) != Some(bytes.len() as u64) {
-        return Err(corrupt(format!("length fields say {body} body bytes but the file has {}", bytes.len())));
+        return Err(corrupt(format!(
+            "length fields say {body} body bytes but the file has {}",
+            bytes.len()
+        )));
     }
     let (content, stored) = bytes.split_at(bytes.len() - HASH_LEN);
     if blake3::hash(content).as_bytes() != stored {
@@ -149,8 +163,8 @@ pub fn load(path: &Path) -> Result<Checkpoint, CheckpointError> {
     let [meta_len, model_len, _] = lens.map(|l| l as usize);
     let meta_end = HEADER_LEN + meta_len;
     let model_end = meta_end + model_len;
-    let meta: CheckpointMeta =
-        serde_json::from_slice(&content[HEADER_LEN..meta_end]).map_err(|e| corrupt(format!("bad metadata: {e}")))?;
+    let meta: CheckpointMeta = serde_json::from_slice(&content[HEADER_LEN..meta_end])
+        .map_err(|e| corrupt(format!("bad metadata: {e}")))?;
     Ok(Checkpoint {
         meta,
         model: content[meta_end..model_end].to_vec(),
@@ -164,7 +178,11 @@ impl Checkpoint {
     pub fn into_trainer(self, corpus: &Corpus) -> Result<Trainer, CheckpointError> {
         let expected = corpus.hash().to_hex().to_string();
         if self.meta.corpus_hash != expected {
-            return Err(CheckpointError::OtherData { path: self.path, found: self.meta.corpus_hash, expected });
+            return Err(CheckpointError::OtherData {
+                path: self.path,
+                found: self.meta.corpus_hash,
+                expected,
+            });
         }
         let m = self.meta;
         Trainer::restore(m.config, m.backend, corpus, m.shard, m.state, self.model, self.optim)

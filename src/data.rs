@@ -84,7 +84,12 @@ pub struct Dataset {
 
 impl Dataset {
     /// Splits `corpus` for a model of context `context`, run seed `seed`, shard `shard`.
-    pub fn new(corpus: &Corpus, context: usize, seed: u64, shard: Shard) -> Result<Self, DataError> {
+    pub fn new(
+        corpus: &Corpus,
+        context: usize,
+        seed: u64,
+        shard: Shard,
+    ) -> Result<Self, DataError> {
         let bytes = corpus.bytes();
         let window = context + 1;
         // Aim for at least 2 * VAL_EVERY blocks so small files still get a validation split.
@@ -100,7 +105,11 @@ impl Dataset {
             .collect();
         let (mut val, mut train) = (Vec::new(), Vec::new());
         for (i, r) in blocks.into_iter().enumerate() {
-            if i % VAL_EVERY == VAL_EVERY - 1 { val.push(r) } else { train.push(r) }
+            if i % VAL_EVERY == VAL_EVERY - 1 {
+                val.push(r)
+            } else {
+                train.push(r)
+            }
         }
         if val.is_empty() {
             // Tiny corpora: hold out the last block.
@@ -121,7 +130,9 @@ impl Dataset {
 
     /// The training batch of inner step `step`: a pure function of seed, shard and step.
     pub fn train_batch(&self, step: u64, rows: usize) -> Batch {
-        let mix = self.seed ^ (u64::from(self.shard.index) << 48) ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let mix = self.seed
+            ^ (u64::from(self.shard.index) << 48)
+            ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let mut rng = ChaCha8Rng::seed_from_u64(mix);
         self.sample(&self.train, &mut rng, rows)
     }
@@ -210,7 +221,8 @@ mod tests {
         assert_ne!(d.train_batch(5, 4), d.train_batch(6, 4));
         let b = d.train_batch(0, 3);
         for row in 0..3 {
-            let (i, t) = (&b.inputs[row * 16..(row + 1) * 16], &b.targets[row * 16..(row + 1) * 16]);
+            let (i, t) =
+                (&b.inputs[row * 16..(row + 1) * 16], &b.targets[row * 16..(row + 1) * 16]);
             assert_eq!(&i[1..], &t[..15]);
         }
         // Validation ignores the run seed and the shard.

@@ -97,11 +97,10 @@ impl FragmentPlan {
         bins[0].extend(embeddings.into_iter().cloned());
         // Largest first; stable sort keeps name order among equals.
         rest.sort_by_key(|t| std::cmp::Reverse(t.numel()));
-        let mut sizes: Vec<usize> = bins.iter().map(|b| b.iter().map(TensorSpec::numel).sum()).collect();
+        let mut sizes: Vec<usize> =
+            bins.iter().map(|b| b.iter().map(TensorSpec::numel).sum()).collect();
         for tensor in rest {
-            let target = (first_free..count)
-                .min_by_key(|&i| (sizes[i], i))
-                .unwrap_or(0);
+            let target = (first_free..count).min_by_key(|&i| (sizes[i], i)).unwrap_or(0);
             sizes[target] += tensor.numel();
             bins[target].push(tensor.clone());
         }

@@ -12,7 +12,9 @@ use burn::config::Config;
 use burn::module::Module;
 use burn::nn::attention::generate_autoregressive_mask;
 use burn::nn::loss::CrossEntropyLoss;
-use burn::nn::transformer::{TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput};
+use burn::nn::transformer::{
+    TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput,
+};
 use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::tensor::{Device, Int, Tensor};
 
@@ -81,10 +83,11 @@ impl ModelConfig {
     /// Builds a freshly initialised model on `device` (seed the device first for
     /// reproducible weights).
     pub fn init(&self, device: &Device) -> Lm {
-        let blocks = TransformerEncoderConfig::new(self.d_model, self.d_ff, self.n_heads, self.n_layers)
-            .with_dropout(0.0)
-            .with_norm_first(true)
-            .init(device);
+        let blocks =
+            TransformerEncoderConfig::new(self.d_model, self.d_ff, self.n_heads, self.n_layers)
+                .with_dropout(0.0)
+                .with_norm_first(true)
+                .init(device);
         Lm {
             token_emb: EmbeddingConfig::new(VOCAB_SIZE, self.d_model).init(device),
             pos_emb: EmbeddingConfig::new(self.context, self.d_model).init(device),
@@ -144,7 +147,10 @@ mod tests {
     fn validate_rejects_nonsense() {
         let ok = ModelConfig::new();
         assert_eq!(ok.validate(), Ok(()));
-        assert_eq!(ModelConfig::new().with_n_layers(0).validate(), Err(ModelConfigError::Zero("n_layers")));
+        assert_eq!(
+            ModelConfig::new().with_n_layers(0).validate(),
+            Err(ModelConfigError::Zero("n_layers"))
+        );
         assert!(matches!(
             ModelConfig::new().with_d_model(130).validate(),
             Err(ModelConfigError::HeadsDoNotDivide { .. })

@@ -9,7 +9,14 @@ use crate::model::Lm;
 
 /// Generates `len` bytes after `prompt` with temperature `temperature` (seeded, so the same
 /// model, prompt and seed give the same text). Returns only the new bytes.
-pub fn generate(model: &Lm, device: &Device, prompt: &[u8], len: usize, temperature: f64, seed: u64) -> Vec<u8> {
+pub fn generate(
+    model: &Lm,
+    device: &Device,
+    prompt: &[u8],
+    len: usize,
+    temperature: f64,
+    seed: u64,
+) -> Vec<u8> {
     let context = model.context();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut text: Vec<u8> = if prompt.is_empty() { b"\n".to_vec() } else { prompt.to_vec() };
@@ -22,7 +29,10 @@ pub fn generate(model: &Lm, device: &Device, prompt: &[u8], len: usize, temperat
         let logits = model.forward(input);
         let [_, time, vocab] = logits.dims();
         let last = logits.slice([0..1, time - 1..time, 0..vocab]).reshape([vocab]);
-        let probs = softmax(last.div_scalar(temperature), 0).into_data().to_vec::<f32>().unwrap_or_default();
+        let probs = softmax(last.div_scalar(temperature), 0)
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap_or_default();
         text.push(pick(&probs, rng.random::<f32>()));
     }
     text.split_off(start)

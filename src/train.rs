@@ -74,7 +74,12 @@ impl TrainConfig {
     /// step).
     pub fn tiny(seed: u64) -> Self {
         let mut c = Self { seed, batch: 4, val_batches: 2, ..Self::default() };
-        c.model = ModelConfig::new().with_d_model(32).with_n_layers(1).with_n_heads(2).with_d_ff(64).with_context(16);
+        c.model = ModelConfig::new()
+            .with_d_model(32)
+            .with_n_layers(1)
+            .with_n_heads(2)
+            .with_d_ff(64)
+            .with_context(16);
         c.schedule.warmup = 2;
         c.schedule.decay_steps = 100;
         c
@@ -135,13 +140,21 @@ pub struct Trainer {
 
 impl std::fmt::Debug for Trainer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Trainer").field("config", &self.config).field("state", &self.state).finish_non_exhaustive()
+        f.debug_struct("Trainer")
+            .field("config", &self.config)
+            .field("state", &self.state)
+            .finish_non_exhaustive()
     }
 }
 
 impl Trainer {
     /// A fresh trainer: weights initialised from the run seed (the same on every peer).
-    pub fn new(config: TrainConfig, backend: Backend, corpus: &Corpus, shard: Shard) -> Result<Self, TrainError> {
+    pub fn new(
+        config: TrainConfig,
+        backend: Backend,
+        corpus: &Corpus,
+        shard: Shard,
+    ) -> Result<Self, TrainError> {
         config.validate()?;
         let data = Dataset::new(corpus, config.model.context, config.seed, shard)?;
         let device = backend.train_device();
@@ -218,9 +231,12 @@ impl Trainer {
         optim_bytes: Vec<u8>,
     ) -> Result<Self, RestoreError> {
         let mut trainer = Self::new(config, backend, corpus, shard)?;
-        let record = burn::store::ModuleRecord::from_bytes(burn::tensor::Bytes::from_bytes_vec(model_bytes))?;
+        let record = burn::store::ModuleRecord::from_bytes(burn::tensor::Bytes::from_bytes_vec(
+            model_bytes,
+        ))?;
         trainer.model = trainer.model.clone().try_load_record(record)?;
-        trainer.optim = optimizer(&trainer.config).from_bytes(burn::tensor::Bytes::from_bytes_vec(optim_bytes))?;
+        trainer.optim = optimizer(&trainer.config)
+            .from_bytes(burn::tensor::Bytes::from_bytes_vec(optim_bytes))?;
         trainer.state = state;
         Ok(trainer)
     }

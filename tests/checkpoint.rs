@@ -75,7 +75,10 @@ fn a_checkpoint_of_other_data_or_none_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     saved_run(dir.path());
     let other = Corpus::from_text("other", "a different text. ".repeat(2000).into_bytes()).unwrap();
-    let err = checkpoint::load(&checkpoint::path_in(dir.path())).unwrap().into_trainer(&other).unwrap_err();
+    let err = checkpoint::load(&checkpoint::path_in(dir.path()))
+        .unwrap()
+        .into_trainer(&other)
+        .unwrap_err();
     assert!(matches!(err, CheckpointError::OtherData { .. }), "{err}");
     let empty = tempfile::tempdir().unwrap();
     let err = checkpoint::load(&checkpoint::path_in(empty.path())).unwrap_err();

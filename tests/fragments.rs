@@ -4,7 +4,9 @@
 use atoll::backend::Backend;
 use atoll::data::{Corpus, Shard};
 use atoll::fragment::FragmentPlan;
-use atoll::model::params::{read_fragment, tensor_specs, write_fragment, ParamsError, EMBEDDING_TENSOR};
+use atoll::model::params::{
+    read_fragment, tensor_specs, write_fragment, ParamsError, EMBEDDING_TENSOR,
+};
 use atoll::train::{TrainConfig, Trainer};
 
 fn trainer() -> Trainer {
@@ -26,8 +28,12 @@ fn every_fragment_round_trips_bit_exact() {
     for frag in &plan.fragments {
         let original = read_fragment(t.model(), frag).unwrap();
         assert_eq!(original.len(), frag.numel());
-        let others: Vec<Vec<f32>> =
-            plan.fragments.iter().filter(|f| f.id != frag.id).map(|f| read_fragment(t.model(), f).unwrap()).collect();
+        let others: Vec<Vec<f32>> = plan
+            .fragments
+            .iter()
+            .filter(|f| f.id != frag.id)
+            .map(|f| read_fragment(t.model(), f).unwrap())
+            .collect();
         // Values chosen to catch any rounding: tiny, huge, negative zero, subnormal.
         let written: Vec<f32> = (0..original.len())
             .map(|i| match i % 4 {
@@ -38,9 +44,18 @@ fn every_fragment_round_trips_bit_exact() {
             })
             .collect();
         write_fragment(t.model_mut(), frag, &written).unwrap();
-        assert_eq!(bits(&read_fragment(t.model(), frag).unwrap()), bits(&written), "fragment {}", frag.id);
-        let others_after: Vec<Vec<f32>> =
-            plan.fragments.iter().filter(|f| f.id != frag.id).map(|f| read_fragment(t.model(), f).unwrap()).collect();
+        assert_eq!(
+            bits(&read_fragment(t.model(), frag).unwrap()),
+            bits(&written),
+            "fragment {}",
+            frag.id
+        );
+        let others_after: Vec<Vec<f32>> = plan
+            .fragments
+            .iter()
+            .filter(|f| f.id != frag.id)
+            .map(|f| read_fragment(t.model(), f).unwrap())
+            .collect();
         assert_eq!(others, others_after, "writing fragment {} changed another fragment", frag.id);
         write_fragment(t.model_mut(), frag, &original).unwrap();
         assert_eq!(bits(&read_fragment(t.model(), frag).unwrap()), bits(&original));
@@ -73,7 +88,8 @@ fn training_continues_through_a_written_fragment() {
         let values = read_fragment(t.model(), frag).unwrap();
         write_fragment(t.model_mut(), frag, &values).unwrap();
     }
-    let before: Vec<Vec<f32>> = plan.fragments.iter().map(|f| read_fragment(t.model(), f).unwrap()).collect();
+    let before: Vec<Vec<f32>> =
+        plan.fragments.iter().map(|f| read_fragment(t.model(), f).unwrap()).collect();
     let stats = t.step();
     assert!(stats.loss.is_finite());
     for (frag, old) in plan.fragments.iter().zip(&before) {

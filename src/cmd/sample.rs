@@ -37,7 +37,14 @@ pub fn main(args: Args) -> anyhow::Result<()> {
     let trainer = ckpt.into_trainer(&corpus)?;
     let device = trainer.backend().device();
     let model = burn::module::Module::valid(trainer.model());
-    let text = atoll::sample::generate(&model, &device, args.prompt.as_bytes(), args.len, args.temperature, args.seed);
+    let text = atoll::sample::generate(
+        &model,
+        &device,
+        args.prompt.as_bytes(),
+        args.len,
+        args.temperature,
+        args.seed,
+    );
     let mut out = std::io::stdout().lock();
     writeln!(out, "# step {step}")?;
     out.write_all(args.prompt.as_bytes())?;

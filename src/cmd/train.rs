@@ -106,7 +106,7 @@ pub fn main(args: Args) -> anyhow::Result<()> {
         let config = args.hyper.config(args.seed, args.steps);
         Trainer::new(config, args.backend, &corpus, args.shard)?
     };
-    let params = trainer.model().num_params();
+    let params = burn::module::Module::num_params(trainer.model());
     tracing::info!(
         corpus = corpus.name(),
         train_bytes = trainer.dataset().train_bytes(),
@@ -121,17 +121,26 @@ pub fn main(args: Args) -> anyhow::Result<()> {
 fn run_loop(trainer: &mut Trainer, args: &Args, corpus: &Corpus) -> anyhow::Result<()> {
     let start_step = trainer.state().step;
     if start_step >= args.steps {
-        println!("run dir already holds step {start_step} >= --steps {}; nothing to do", args.steps);
+        println!(
+            "run dir already holds step {start_step} >= --steps {}; nothing to do",
+            args.steps
+        );
         return Ok(());
     }
     let log = MetricsLog::new(&args.run_dir);
     let bar = progress_bar(args.steps, start_step);
     let started = Instant::now();
-    let (mut window_loss, mut window_steps, mut window_start, mut window_tokens) = (0.0, 0u64, Instant::now(), 0u64);
+    let (mut window_loss, mut window_steps, mut window_start, mut window_tokens) =
+        (0.0, 0u64, Instant::now(), 0u64);
     let val_every = trainer.config().val_every;
     while trainer.state().step < args.steps {
         let stats = trainer.step();
-        anyhow::ensure!(stats.loss.is_finite(), "training diverged at step {} (loss {})", trainer.state().step, stats.loss);
+        anyhow::ensure!(
+            stats.loss.is_finite(),
+            "training diverged at step {} (loss {})",
+            trainer.state().step,
+            stats.loss
+        );
         window_loss += f64::from(stats.loss);
         window_steps += 1;
         window_tokens += stats.tokens as u64;
@@ -152,7 +161,13 @@ fn run_loop(trainer: &mut Trainer, args: &Args, corpus: &Corpus) -> anyhow::Resu
             };
             log.append(&record).context("cannot append to metrics.jsonl")?;
             bar.suspend(|| {
-                tracing::info!(step, train_loss = format!("{:.3}", record.train_loss), val_bpb = format!("{:.3}", record.val_bpb), tokens_per_s = format!("{tok_s:.0}"), "validation")
+                tracing::info!(
+                    step,
+                    train_loss = format!("{:.3}", record.train_loss),
+                    val_bpb = format!("{:.3}", record.val_bpb),
+                    tokens_per_s = format!("{tok_s:.0}"),
+                    "validation"
+                )
             });
             (window_loss, window_steps, window_start, window_tokens) = (0.0, 0, Instant::now(), 0);
         }
@@ -172,9 +187,10 @@ fn run_loop(trainer: &mut Trainer, args: &Args, corpus: &Corpus) -> anyhow::Resu
 
 fn progress_bar(total: u64, position: u64) -> ProgressBar {
     let bar = ProgressBar::new(total).with_position(position);
-    let style = ProgressStyle::with_template("{spinner} step {pos}/{len} [{bar:30}] {msg}  ETA {eta}")
-        .unwrap_or_else(|_| ProgressStyle::default_bar())
-        .progress_chars("=> ");
+    let style =
+        ProgressStyle::with_template("{spinner} step {pos}/{len} [{bar:30}] {msg}  ETA {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> ");
     bar.set_style(style);
     bar
 }

@@ -44,7 +44,8 @@ pub struct Corpus {
 impl Corpus {
     /// The embedded default corpus.
     pub fn embedded() -> Result<Self, DataError> {
-        let decoder = zstd::stream::read::Decoder::new(EMBEDDED_ZST).map_err(|e| DataError::Embedded(e.to_string()))?;
+        let decoder = zstd::stream::read::Decoder::new(EMBEDDED_ZST)
+            .map_err(|e| DataError::Embedded(e.to_string()))?;
         let mut bytes = Vec::new();
         decoder
             .take(EMBEDDED_LIMIT)
@@ -68,7 +69,8 @@ impl Corpus {
         }
         let mut bytes = Vec::new();
         for file in &files {
-            let data = std::fs::read(file).map_err(|e| DataError::Io { path: file.clone(), source: e })?;
+            let data =
+                std::fs::read(file).map_err(|e| DataError::Io { path: file.clone(), source: e })?;
             if let Err(e) = std::str::from_utf8(&data) {
                 return Err(DataError::NotText { path: file.clone(), offset: e.valid_up_to() });
             }
@@ -112,11 +114,13 @@ impl Corpus {
 }
 
 fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), DataError> {
-    let entries = std::fs::read_dir(dir).map_err(|e| DataError::Io { path: dir.to_owned(), source: e })?;
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| DataError::Io { path: dir.to_owned(), source: e })?;
     for entry in entries {
         let entry = entry.map_err(|e| DataError::Io { path: dir.to_owned(), source: e })?;
         let path = entry.path();
-        let kind = entry.file_type().map_err(|e| DataError::Io { path: path.clone(), source: e })?;
+        let kind =
+            entry.file_type().map_err(|e| DataError::Io { path: path.clone(), source: e })?;
         if kind.is_dir() {
             collect_files(&path, out)?;
         } else if kind.is_file() {

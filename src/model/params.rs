@@ -71,7 +71,10 @@ pub fn tensor_specs(model: &Lm) -> Vec<TensorSpec> {
 }
 
 /// Reads the named tensors of `model` as flat buffers.
-fn read_named(model: &Lm, wanted: &BTreeMap<&str, &TensorSpec>) -> Result<BTreeMap<String, Vec<f32>>, ParamsError> {
+fn read_named(
+    model: &Lm,
+    wanted: &BTreeMap<&str, &TensorSpec>,
+) -> Result<BTreeMap<String, Vec<f32>>, ParamsError> {
     struct Reader<'a> {
         path: Path,
         wanted: &'a BTreeMap<&'a str, &'a TensorSpec>,
@@ -90,9 +93,13 @@ fn read_named(model: &Lm, wanted: &BTreeMap<&str, &TensorSpec>) -> Result<BTreeM
             let value = param.val();
             let shape = value.dims().to_vec();
             let result = if shape != spec.shape {
-                Err(ParamsError::ShapeMismatch { name: name.clone(), expected: spec.shape.clone(), actual: shape })
+                Err(ParamsError::ShapeMismatch {
+                    name: name.clone(),
+                    expected: spec.shape.clone(),
+                    actual: shape,
+                })
             } else {
-                value.into_data().to_vec::<f32>().map_err(|_| ParamsError::NotF32(name.clone()))
+                value.into_data().try_to_vec::<f32>().map_err(|_| ParamsError::NotF32(name.clone()))
             };
             self.out.insert(name, result);
         }
@@ -111,7 +118,8 @@ fn read_named(model: &Lm, wanted: &BTreeMap<&str, &TensorSpec>) -> Result<BTreeM
 
 /// Fragment `spec` of `model` as one flat buffer (tensors in `spec.tensors` order).
 pub fn read_fragment(model: &Lm, spec: &FragmentSpec) -> Result<Vec<f32>, ParamsError> {
-    let wanted: BTreeMap<&str, &TensorSpec> = spec.tensors.iter().map(|t| (t.name.as_str(), t)).collect();
+    let wanted: BTreeMap<&str, &TensorSpec> =
+        spec.tensors.iter().map(|t| (t.name.as_str(), t)).collect();
     let mut tensors = read_named(model, &wanted)?;
     let mut flat = Vec::with_capacity(spec.numel());
     for tensor in &spec.tensors {
@@ -144,9 +152,17 @@ pub fn check_fragment(model: &Lm, spec: &FragmentSpec) -> Result<(), ParamsError
 /// Writes `flat` (laid out as [`read_fragment`] returns it) into fragment `spec` of `model`.
 ///
 /// Everything is checked before the model is touched, so on error the model is unchanged.
-pub fn write_fragment(model: &mut Lm, spec: &FragmentSpec, flat: &[f32]) -> Result<(), ParamsError> {
+pub fn write_fragment(
+    model: &mut Lm,
+    spec: &FragmentSpec,
+    flat: &[f32],
+) -> Result<(), ParamsError> {
     if flat.len() != spec.numel() {
-        return Err(ParamsError::WrongLength { fragment: spec.id, expected: spec.numel(), actual: flat.len() });
+        return Err(ParamsError::WrongLength {
+            fragment: spec.id,
+            expected: spec.numel(),
+            actual: flat.len(),
+        });
     }
     check_fragment(model, spec)?;
     struct Writer<'a> {
@@ -161,12 +177,19 @@ pub fn write_fragment(model: &mut Lm, spec: &FragmentSpec, flat: &[f32]) -> Resu
             self.path.exit();
         }
         fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
-            let Some(values) = self.values.get(self.path.name().as_str()).copied() else { return param };
+            let Some(values) = self.values.get(self.path.name().as_str()).copied() else {
+                return param;
+            };
             let shape = param.lazy_shape().to_vec();
             param.map(|old| {
                 let grad = old.is_require_grad();
-                let new = Tensor::<D>::from_data(TensorData::new(values.to_vec(), shape), &old.device());
-                if grad { new.require_grad() } else { new }
+                let new =
+                    Tensor::<D>::from_data(TensorData::new(values.to_vec(), shape), &old.device());
+                if grad {
+                    new.require_grad()
+                } else {
+                    new
+                }
             })
         }
     }
