@@ -26,6 +26,7 @@
 //! payload requests with [`Protocol::serve`]. Time and randomness are inputs.
 
 mod core;
+mod fasthash;
 mod io;
 mod lane;
 pub mod merge;

@@ -103,8 +103,6 @@ enum Ev {
     /// The trainer of `peer` reaches the end of its current inner step and takes the
     /// snapshot the protocol asked for (a slow peer answers late, as a real one would).
     Snapshot { peer: usize, inc: u32, fragment: usize, round: u64 },
-    /// A fetch request reaches `server`.
-    Request { server: usize, requester: usize, inc: u32, hash: ContentHash, max_len: u64 },
 }
 
 struct Slot {
@@ -271,7 +269,7 @@ impl Sim {
     /// moment to compare states.
     pub fn run_cycles(&mut self, cycles: u64) {
         let t = self.settings.period_ms();
-        let end = (self.now / t + cycles) * t;
+        let end = ((self.now + 1) / t + cycles) * t;
         self.run_until(end.saturating_sub(1).max(self.now));
     }
 
@@ -299,7 +297,7 @@ impl Sim {
                 l.restored(i, p, s.hash(), &mut self.stats);
             }
         }
-        slot.trainer.advance(self.now, &self.problem);
+        slot.trainer.resume_at(self.now);
         slot.snap_steps = vec![slot.trainer.steps; self.plan.len()];
         slot.proto = Some(Protocol::restore(
             PeerId(i as u64),

@@ -5,7 +5,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
 /// blake3 hash of a payload's exact bytes.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub struct ContentHash(pub [u8; 32]);
 
 impl ContentHash {
@@ -41,6 +41,14 @@ impl ContentHash {
             out[i] = (hi * 16 + lo) as u8;
         }
         Some(Self(out))
+    }
+}
+
+/// The bytes are already a uniform hash: feeding 8 of them to the hasher is enough and far
+/// cheaper than hashing all 32 (maps keyed by content hash sit on the hot path).
+impl std::hash::Hash for ContentHash {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.short());
     }
 }
 

@@ -1,5 +1,6 @@
 //! The protocol state machine: dispatches events to fragments and tracks fetches.
 
+use super::fasthash::{FastMap, FastSet};
 use super::io::{Event, Metrics, Output, Timer};
 use super::lane::{Held, Lane, Window};
 use super::schedule::{Grace, Millis, Schedule};
@@ -9,7 +10,6 @@ use crate::delta::{self, ContentHash, DeltaMeta, Limits};
 use crate::fragment::FragmentPlan;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 /// Most fetches in flight at once; announcements beyond it are ignored (and counted).
@@ -42,6 +42,8 @@ struct InFlight {
     sources: Vec<PeerId>,
     attempts: u32,
     announced_at: Millis,
+    /// When the current attempt times out.
+    deadline: Millis,
     max_len: u64,
 }
 
@@ -54,10 +56,12 @@ pub struct Protocol {
     grace: Grace,
     limits: Limits,
     lanes: Vec<Lane>,
-    in_flight: HashMap<ContentHash, InFlight>,
-    rejected: HashSet<ContentHash>,
+    in_flight: FastMap<ContentHash, InFlight>,
+    rejected: FastSet<ContentHash>,
     rng: ChaCha8Rng,
     metrics: Metrics,
+    /// When the armed fetch-sweep timer fires, if one is armed.
+    sweep_at: Option<Millis>,
 }
 
 impl Protocol {
@@ -106,10 +110,11 @@ impl Protocol {
             limits: Limits { max_payload_bytes: settings.raw().max_payload_bytes },
             settings,
             lanes,
-            in_flight: HashMap::new(),
-            rejected: HashSet::new(),
+            in_flight: FastMap::default(),
+            rejected: FastSet::default(),
             rng: ChaCha8Rng::seed_from_u64(seed),
             metrics: Metrics::default(),
+            sweep_at: None,
         })
     }
 
@@ -217,11 +222,7 @@ impl Protocol {
                 }
             }
             Timer::Reconcile { fragment, .. } => self.reconcile(fragment, now, out),
-            Timer::FetchTimeout { hash, attempt } => {
-                if self.in_flight.get(&hash).is_some_and(|f| f.attempts == attempt) {
-                    self.retry(hash, now, out);
-                }
-            }
+            Timer::FetchSweep => self.sweep(now, out),
         }
     }
 
@@ -232,7 +233,13 @@ impl Protocol {
         }
         lane.open_round(round, now, Window::of(&self.settings));
         let opened = self.schedule.open_time(p, round).max(now);
-        out.push(Output::Snapshot { fragment: p, round });
+        // A peer that is behind does not publish a delta against its stale anchor; its
+        // tokens keep counting into the next snapshot, after it has caught up.
+        if self.behind(p) {
+            self.reconcile(p, now, out);
+        } else if self.lanes[p].state_fetch.is_none() {
+            out.push(Output::Snapshot { fragment: p, round });
+        }
         out.push(Output::SetTimer {
             at: opened + self.settings.max_wait_ms(),
             timer: Timer::Deadline { fragment: p, round },
@@ -301,6 +308,7 @@ impl Protocol {
             steps,
             origin: self.me,
             base: lane.state_hash,
+            base_round: lane.state.round,
         };
         let held = Held {
             origin: self.me,
@@ -323,15 +331,40 @@ impl Protocol {
             return;
         }
         match msg {
-            Message::State(s) => {
-                // Only rounds that can exist by our clock count; a vote for a far future
-                // round would otherwise make us chase a state nobody can have merged.
-                if s.round <= self.schedule.current_round(p, now) + 1 {
-                    self.lanes[p].votes.record(from, s.round, s.hash);
-                }
+            Message::State(s) => self.vote(from, p, s.round, s.hash, now, out),
+            Message::Contribution(c) => {
+                self.vote(from, p, c.base_round, c.base, now, out);
+                self.on_announce(from, p, c, now, out);
             }
-            Message::Contribution(c) => self.on_announce(from, p, c, now, out),
         }
+    }
+
+    /// Records a peer's state, and starts catching up at once if the swarm is ahead.
+    fn vote(
+        &mut self,
+        from: PeerId,
+        p: usize,
+        round: u64,
+        hash: ContentHash,
+        now: Millis,
+        out: &mut Vec<Output>,
+    ) {
+        // Only rounds that can exist by our clock count; a vote for a far future round
+        // would otherwise make us chase a state nobody can have merged.
+        if round > self.schedule.current_round(p, now) + 1 {
+            return;
+        }
+        self.lanes[p].votes.record(from, round, hash);
+        if self.behind(p) {
+            self.reconcile(p, now, out);
+        }
+    }
+
+    /// More than one round behind the most advanced state heard of (restarted, partitioned
+    /// or too slow): merging on our own state would only produce a lineage nobody shares.
+    fn behind(&self, p: usize) -> bool {
+        let lane = &self.lanes[p];
+        lane.state_fetch.is_none() && lane.votes.max_round() > lane.state.round + 1
     }
 
     fn on_announce(
@@ -375,6 +408,7 @@ impl Protocol {
             sources: vec![from],
             attempts: 0,
             announced_at: now,
+            deadline: now,
             max_len: c.size,
         };
         self.in_flight.insert(c.hash, f);
@@ -394,12 +428,36 @@ impl Protocol {
         }
         let from = f.sources[f.attempts as usize % f.sources.len()];
         f.attempts += 1;
+        f.deadline = now + self.settings.raw().fetch_timeout_ms;
         self.metrics.fetches += 1;
         out.push(Output::Fetch { from, hash, max_len: f.max_len });
-        out.push(Output::SetTimer {
-            at: now + self.settings.raw().fetch_timeout_ms,
-            timer: Timer::FetchTimeout { hash, attempt: f.attempts },
-        });
+        if self.sweep_at.is_none() {
+            self.arm_sweep(now, out);
+        }
+    }
+
+    /// One timer sweeps all fetch deadlines: a timer per fetch would be a million timer
+    /// events per round in a thousand-peer swarm, nearly all for fetches long answered.
+    fn arm_sweep(&mut self, now: Millis, out: &mut Vec<Output>) {
+        let at = now + (self.settings.raw().fetch_timeout_ms / 4).max(1);
+        self.sweep_at = Some(at);
+        out.push(Output::SetTimer { at, timer: Timer::FetchSweep });
+    }
+
+    fn sweep(&mut self, now: Millis, out: &mut Vec<Output>) {
+        if self.sweep_at.is_none_or(|at| at > now) {
+            return;
+        }
+        self.sweep_at = None;
+        let mut expired: Vec<ContentHash> =
+            self.in_flight.iter().filter(|(_, f)| f.deadline <= now).map(|(h, _)| *h).collect();
+        expired.sort_unstable();
+        for hash in expired {
+            self.retry(hash, now, out);
+        }
+        if !self.in_flight.is_empty() && self.sweep_at.is_none() {
+            self.arm_sweep(now, out);
+        }
     }
 
     fn on_fetched(
@@ -500,7 +558,8 @@ impl Protocol {
         let start = self.rng.random_range(0..sources.len());
         sources.rotate_left(start);
         sources.truncate(8);
-        let max_len = (lane.state.wire_len() as u64).saturating_mul(2).max(1 << 16);
+        // The state's log grows with the swarm; the payload limit bounds it.
+        let max_len = self.limits.max_payload_bytes as u64;
         self.lanes[p].state_fetch = Some(leader.hash);
         let f = InFlight {
             fragment: p,
@@ -508,6 +567,7 @@ impl Protocol {
             sources,
             attempts: 0,
             announced_at: now,
+            deadline: now,
             max_len,
         };
         self.in_flight.insert(leader.hash, f);

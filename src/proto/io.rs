@@ -19,8 +19,8 @@ pub enum Timer {
     Deadline { fragment: usize, round: u64 },
     /// Compare state hashes with the other peers; fetch the majority state if ours differs.
     Reconcile { fragment: usize, round: u64 },
-    /// A fetch was not answered; retry elsewhere or give up.
-    FetchTimeout { hash: ContentHash, attempt: u32 },
+    /// Retry (elsewhere) or give up the fetches whose attempt timed out.
+    FetchSweep,
 }
 
 /// Inputs.

@@ -1,6 +1,7 @@
 //! One fragment's runtime: its replicated state, the contributions it holds, the open round
 //! and the votes. Everything here is per fragment, so fragments never wait on each other.
 
+use super::fasthash::FastMap;
 use super::io::{ApplyAnchor, MergeReport, Metrics, Output};
 use super::merge::{self, Input};
 use super::reconcile::Votes;
@@ -8,7 +9,6 @@ use super::state::FragmentState;
 use super::{Millis, PeerId, Settings};
 use crate::delta::{self, ContentHash, ErrorFeedback, Limits, NormGuard};
 use crate::fragment::FragmentSpec;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// A contribution this peer holds: pending, or merged recently (kept so that it can be
@@ -46,8 +46,9 @@ pub(crate) struct Lane {
     pub feedback: ErrorFeedback,
     pub guard: NormGuard,
     pub votes: Votes,
-    /// By content hash: a BTreeMap so every walk over it is in canonical order.
-    pub held: BTreeMap<ContentHash, Held>,
+    /// By content hash. Walks over it are in map order; the merge sorts its inputs and
+    /// re-announcements are sorted, so no result depends on that order.
+    pub held: FastMap<ContentHash, Held>,
     pub open: Option<OpenRound>,
     /// State payload being fetched (at most one at a time per fragment).
     pub state_fetch: Option<ContentHash>,
@@ -102,7 +103,7 @@ impl Lane {
             feedback: ErrorFeedback::new(numel),
             guard: NormGuard::new(r.norm_window, 8.min(r.norm_window), r.norm_factor),
             votes: Votes::new(peers),
-            held: BTreeMap::new(),
+            held: FastMap::default(),
             open: None,
             state_fetch: None,
             last_snapshot_at: None,
@@ -250,6 +251,7 @@ impl Lane {
         m: &mut Metrics,
     ) -> Vec<Output> {
         let previous_round = self.state.round;
+        let new_round = new.round;
         let mut out = Vec::new();
         let w = Window::of(settings);
         let spec = &self.spec;
@@ -267,10 +269,13 @@ impl Lane {
                 }
             }
         }
+        resurrected.sort_unstable();
         m.adoptions += 1;
         m.resurrected += resurrected.len() as u64;
+        // Only the origin re-announces: every peer of a minority re-announcing every
+        // re-queued delta would flood the swarm, and the origin holds its own deltas.
         for h in resurrected {
-            if let Some(held) = self.held.get(&h) {
+            if let Some(held) = self.held.get(&h).filter(|held| held.origin == me) {
                 out.push(Output::Broadcast(super::Message::Contribution(
                     super::ContributionAnnounce {
                         fragment: spec.id as u32,
@@ -281,6 +286,7 @@ impl Lane {
                         steps: held.steps,
                         origin: held.origin,
                         base: hash,
+                        base_round: new_round,
                     },
                 )));
             }

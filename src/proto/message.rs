@@ -32,8 +32,11 @@ pub struct ContributionAnnounce {
     pub steps: u64,
     /// The peer that made the delta (a relay re-announcing it keeps this).
     pub origin: PeerId,
-    /// Hash of the anchor state the delta was taken against (diagnostics).
+    /// Hash of the state the delta was taken against, and its round: doubles as a vote
+    /// for reconciliation, so a (re)starting peer learns where the swarm is from the next
+    /// announcement of any peer.
     pub base: ContentHash,
+    pub base_round: u64,
 }
 
 /// "After round `round`, my state of fragment `fragment` hashes to `hash`."

@@ -5,16 +5,19 @@
 //! that heard the same announcements picks the same winner without talking further. Only
 //! each peer's latest announcement counts, so a peer that moved on is not counted twice.
 
+use super::fasthash::FastMap;
 use super::PeerId;
 use crate::delta::ContentHash;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 /// The latest state announcement of each peer, for one fragment.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Votes {
-    latest: HashMap<PeerId, (u64, ContentHash)>,
+    latest: FastMap<PeerId, (u64, ContentHash)>,
     /// Most peers remembered; a flood of fake identities cannot grow memory past it.
     capacity: usize,
+    /// Highest round recorded (O(1) "am I behind?" checks on every message).
+    max_round: u64,
 }
 
 /// The winning state of a round.
@@ -30,7 +33,7 @@ pub struct Leader {
 
 impl Votes {
     pub fn new(capacity: usize) -> Self {
-        Self { latest: HashMap::new(), capacity }
+        Self { latest: FastMap::default(), capacity, max_round: 0 }
     }
 
     /// Records `peer`'s announcement unless it is older than what we have from it.
@@ -43,6 +46,12 @@ impl Votes {
             return;
         }
         self.latest.insert(peer, (round, hash));
+        self.max_round = self.max_round.max(round);
+    }
+
+    /// Highest round anyone announced (0 if none).
+    pub fn max_round(&self) -> u64 {
+        self.max_round
     }
 
     /// Forgets peers whose latest announcement is older than `oldest` (gone or stuck).

@@ -31,9 +31,6 @@ impl Sim {
                     self.feed(peer, event);
                 }
             }
-            Ev::Request { server, requester, inc, hash, max_len } => {
-                self.serve(server, requester, inc, hash, max_len)
-            }
         }
     }
 
@@ -44,6 +41,7 @@ impl Sim {
         self.carry_out(i, outs);
     }
 
+    /// The reply to a request reaching `server` at `arrive`.
     fn serve(
         &mut self,
         server: usize,
@@ -51,13 +49,14 @@ impl Sim {
         inc: u32,
         hash: ContentHash,
         max_len: u64,
+        arrive: u64,
     ) {
         let Some(p) = self.slots[server].proto.as_ref() else { return };
         let from = PeerId(server as u64);
         let reply = match p.serve(&hash) {
             Some(bytes) if bytes.len() as u64 <= max_len => {
                 let len = bytes.len();
-                let at = self.net.bulk(&mut self.rng, server, requester, self.now, len);
+                let at = self.net.bulk(&mut self.rng, server, requester, arrive, len);
                 self.bytes[server].payload_sent += len as u64;
                 at.map(|at| {
                     self.bytes[requester].payload_received += len as u64;
@@ -65,7 +64,7 @@ impl Sim {
                 })
             }
             _ => {
-                let at = self.net.small(&mut self.rng, server, requester, self.now);
+                let at = self.net.small(&mut self.rng, server, requester, arrive);
                 at.map(|at| (at, Event::FetchFailed { from, hash }))
             }
         };
@@ -97,11 +96,13 @@ impl Sim {
         match o {
             Output::Broadcast(msg) => self.broadcast(i, msg),
             Output::Fetch { from, hash, max_len } => {
+                // The server answers when the request arrives; payloads are immutable by
+                // hash, so the answer is computed now and only its timing is simulated
+                // (one queue event per fetch instead of two).
                 let server = from.0 as usize;
                 if server < self.slots.len() {
                     if let Some(at) = self.net.small(&mut self.rng, i, server, self.now) {
-                        self.queue
-                            .push(at, Ev::Request { server, requester: i, inc, hash, max_len });
+                        self.serve(server, i, inc, hash, max_len, at);
                     }
                 }
             }

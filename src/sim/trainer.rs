@@ -79,6 +79,11 @@ impl Trainer {
         }
     }
 
+    /// Resumes at `now` without the steps a dead peer could not have taken.
+    pub fn resume_at(&mut self, now: u64) {
+        self.clock = now as f64;
+    }
+
     /// When the inner step running at `now` ends.
     pub fn step_end(&self, now: u64) -> u64 {
         let mut t = self.clock;

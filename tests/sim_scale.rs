@@ -1,0 +1,48 @@
+//! Scale: a thousand peers with churn run in seconds and agree again once churn stops.
+//! (CI budget: the whole simulator suite under a minute on 2 cores, debug profile.)
+
+use atoll::sim::{seed_from_env, Sim, SimConfig};
+use std::time::Instant;
+
+#[test]
+fn thousand_peers_with_churn_agree() {
+    let seed = seed_from_env(7);
+    let peers = 1000;
+    let mut cfg = SimConfig::new(peers, seed);
+    // One fragment: every cycle is one all-to-all round (the expensive part).
+    cfg.settings.fragments = 1;
+    cfg.track_lineage = false;
+    cfg.net.latency_ms = (2, 40);
+    cfg.net.loss = 0.01;
+    // A thousand fetches of each payload per round: give every uplink 100 MB/s.
+    cfg.net.upload_bytes_per_ms = 100_000.0;
+    let started = Instant::now();
+    let mut sim = Sim::new(cfg).unwrap();
+    sim.run_cycles(1);
+    // Churn: 5% crash and 10% are cut off for a cycle; then the crashed restart from
+    // their checkpoints, the partition heals and loss stops.
+    for i in (0..peers).step_by(20) {
+        sim.crash(i);
+    }
+    sim.partition((0..peers).map(|i| u8::from(i % 10 == 3)).collect());
+    sim.run_cycles(1);
+    assert!(sim.distinct_states(0) > 1, "seed {seed}: the partition should split the swarm");
+    for i in (0..peers).step_by(20) {
+        sim.restart(i).unwrap();
+    }
+    sim.heal();
+    sim.set_loss(0.0);
+    sim.run_cycles(2);
+    let elapsed = started.elapsed();
+    assert!(sim.agree(), "seed {seed}: {} distinct states after churn", sim.distinct_states(0));
+    assert_eq!(sim.consensus_distance(), 0.0);
+    let per_round = sim.payload_bytes_per_peer_round();
+    eprintln!(
+        "seed {seed}: {peers} peers, {} events in {elapsed:?}, {per_round:.0} payload B/peer/round, {:?}",
+        sim.stats.events, sim.stats
+    );
+    // Each peer fetches every other peer's delta once per round (~100 B each here) plus
+    // the occasional state: far above that means duplicate fetches.
+    assert!(per_round < 1.5 * 100.0 * peers as f64, "{per_round} B/peer/round");
+    assert!(elapsed.as_secs() < 45, "too slow: {elapsed:?}");
+}
