@@ -1,0 +1,91 @@
+//! The composed libp2p behaviour and its protocol settings.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use libp2p::swarm::behaviour::toggle::Toggle;
+use libp2p::swarm::NetworkBehaviour;
+use libp2p::{gossipsub, identify, identity::Keypair, kad, mdns, ping, request_response};
+use libp2p::{PeerId, StreamProtocol};
+
+use crate::announce::GOSSIP_MAX_TRANSMIT;
+use crate::blob::wire::{BlobCodec, BLOB_PROTOCOL};
+use crate::config::NetConfig;
+use crate::counters::Counters;
+use crate::error::NetError;
+
+/// Kademlia protocol name: our own DHT, never merged with the public IPFS one.
+pub const KAD_PROTOCOL: StreamProtocol = StreamProtocol::new("/atoll/kad/1.0.0");
+/// Identify protocol version; peers announcing another one are counted and ignored.
+pub const IDENTIFY_PROTOCOL_VERSION: &str = "/atoll/1.0.0";
+/// Concurrent blob streams per connection (bounds memory of in-flight chunks).
+pub const MAX_BLOB_STREAMS: usize = 64;
+
+/// All protocols of a node.
+#[derive(NetworkBehaviour)]
+pub struct Behaviour {
+    pub kad: kad::Behaviour<kad::store::MemoryStore>,
+    pub identify: identify::Behaviour,
+    pub ping: ping::Behaviour,
+    pub gossipsub: gossipsub::Behaviour,
+    pub blob: request_response::Behaviour<BlobCodec>,
+    pub mdns: Toggle<mdns::tokio::Behaviour>,
+}
+
+impl Behaviour {
+    pub fn new(key: &Keypair, cfg: &NetConfig, counters: Arc<Counters>) -> Result<Self, NetError> {
+        let peer_id = key.public().to_peer_id();
+        Ok(Behaviour {
+            kad: kademlia(peer_id),
+            identify: identify::Behaviour::new(
+                identify::Config::new(IDENTIFY_PROTOCOL_VERSION.into(), key.public())
+                    .with_agent_version(format!("atoll-net/{}", env!("CARGO_PKG_VERSION")))
+                    .with_push_listen_addr_updates(true),
+            ),
+            ping: ping::Behaviour::new(ping::Config::new()),
+            gossipsub: gossip(key)?,
+            blob: request_response::Behaviour::with_codec(
+                BlobCodec { counters },
+                [(BLOB_PROTOCOL, request_response::ProtocolSupport::Full)],
+                request_response::Config::default()
+                    .with_request_timeout(cfg.request_timeout)
+                    .with_max_concurrent_streams(MAX_BLOB_STREAMS),
+            ),
+            mdns: if cfg.mdns {
+                Some(
+                    mdns::tokio::Behaviour::new(mdns::Config::default(), peer_id)
+                        .map_err(|e| NetError::Transport(format!("mdns: {e}")))?,
+                )
+                .into()
+            } else {
+                None.into()
+            },
+        })
+    }
+}
+
+fn kademlia(peer_id: PeerId) -> kad::Behaviour<kad::store::MemoryStore> {
+    let mut cfg = kad::Config::new(KAD_PROTOCOL);
+    cfg.set_query_timeout(Duration::from_secs(30));
+    // Provider records are re-published by every peer on each discovery tick; a short TTL
+    // lets records of dead peers disappear within minutes instead of two days.
+    cfg.set_provider_record_ttl(Some(Duration::from_secs(600)));
+    let mut kad = kad::Behaviour::with_config(peer_id, kad::store::MemoryStore::new(peer_id), cfg);
+    // Without a confirmed external address kad stays a client and answers no queries, which
+    // splits small or local swarms. Every atoll peer serves the DHT.
+    kad.set_mode(Some(kad::Mode::Server));
+    kad
+}
+
+fn gossip(key: &Keypair) -> Result<gossipsub::Behaviour, NetError> {
+    let cfg = gossipsub::ConfigBuilder::default()
+        .max_transmit_size(GOSSIP_MAX_TRANSMIT)
+        .validation_mode(gossipsub::ValidationMode::Strict)
+        // We accept or reject each message ourselves before it is forwarded.
+        .validate_messages()
+        .heartbeat_interval(Duration::from_millis(700))
+        .build()
+        .map_err(|e| NetError::Config(format!("gossipsub: {e}")))?;
+    gossipsub::Behaviour::new(gossipsub::MessageAuthenticity::Signed(key.clone()), cfg)
+        .map_err(|e| NetError::Config(format!("gossipsub: {e}")))
+}

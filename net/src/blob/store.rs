@@ -1,0 +1,171 @@
+//! The local blob store: an in-memory, size-budgeted, least-recently-used map.
+//!
+//! Why memory and not disk: blobs here are deltas and anchor fragments (megabytes) that are
+//! served for a few rounds and then superseded; the trainer keeps its own checkpoints on disk.
+//! The budget bounds memory; the least recently used blob goes first.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::{BlobHash, Manifest, MAX_BLOB_SIZE};
+use crate::error::StoreError;
+
+/// Default budget: 1 GiB.
+pub const DEFAULT_STORE_BUDGET: u64 = 1 << 30;
+
+struct Entry {
+    data: Bytes,
+    manifest: Arc<Manifest>,
+    /// Tick of the last use; the key of this entry in `BlobStore::by_use`.
+    last_used: u64,
+}
+
+/// Blobs by hash, with their manifests, under a byte budget.
+pub struct BlobStore {
+    budget: u64,
+    used: u64,
+    /// Monotonic use counter (not a clock: deterministic and cheap).
+    tick: u64,
+    entries: HashMap<BlobHash, Entry>,
+    /// Least recently used first.
+    by_use: BTreeMap<u64, BlobHash>,
+}
+
+impl BlobStore {
+    /// An empty store that holds at most `budget` bytes of blob data.
+    pub fn new(budget: u64) -> Self {
+        BlobStore { budget, used: 0, tick: 0, entries: HashMap::new(), by_use: BTreeMap::new() }
+    }
+
+    /// Stores `data` under its precomputed hash and manifest, evicting older blobs as needed.
+    /// Returns the hashes evicted.
+    pub fn insert(
+        &mut self,
+        hash: BlobHash,
+        data: Bytes,
+        manifest: Arc<Manifest>,
+    ) -> Result<Vec<BlobHash>, StoreError> {
+        let size = data.len() as u64;
+        if size > MAX_BLOB_SIZE {
+            return Err(StoreError::OverMaxBlobSize { size, max: MAX_BLOB_SIZE });
+        }
+        if size > self.budget {
+            return Err(StoreError::TooLarge { size, budget: self.budget });
+        }
+        if self.entries.contains_key(&hash) {
+            self.touch(&hash);
+            return Ok(Vec::new());
+        }
+        let mut evicted = Vec::new();
+        while self.used + size > self.budget {
+            let Some((_, oldest)) = self.by_use.pop_first() else {
+                break;
+            };
+            if let Some(e) = self.entries.remove(&oldest) {
+                self.used -= e.data.len() as u64;
+            }
+            evicted.push(oldest);
+        }
+        self.tick += 1;
+        self.by_use.insert(self.tick, hash);
+        self.entries.insert(hash, Entry { data, manifest, last_used: self.tick });
+        self.used += size;
+        Ok(evicted)
+    }
+
+    /// The blob and its manifest, marking it recently used.
+    pub fn get(&mut self, hash: &BlobHash) -> Option<(Bytes, Arc<Manifest>)> {
+        self.touch(hash);
+        self.entries.get(hash).map(|e| (e.data.clone(), e.manifest.clone()))
+    }
+
+    /// True if the blob is stored.
+    pub fn contains(&self, hash: &BlobHash) -> bool {
+        self.entries.contains_key(hash)
+    }
+
+    /// Removes a blob; true if it was there.
+    pub fn remove(&mut self, hash: &BlobHash) -> bool {
+        match self.entries.remove(hash) {
+            Some(e) => {
+                self.by_use.remove(&e.last_used);
+                self.used -= e.data.len() as u64;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Number of blobs stored.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True if no blob is stored.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Bytes of blob data stored.
+    pub fn used_bytes(&self) -> u64 {
+        self.used
+    }
+
+    fn touch(&mut self, hash: &BlobHash) {
+        if let Some(e) = self.entries.get_mut(hash) {
+            self.by_use.remove(&e.last_used);
+            self.tick += 1;
+            e.last_used = self.tick;
+            self.by_use.insert(self.tick, *hash);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(store: &mut BlobStore, bytes: &[u8]) -> (BlobHash, Vec<BlobHash>) {
+        let h = BlobHash::of(bytes);
+        let m = Arc::new(Manifest::compute(bytes));
+        let ev = store.insert(h, Bytes::copy_from_slice(bytes), m).unwrap();
+        (h, ev)
+    }
+
+    #[test]
+    fn evicts_least_recently_used_within_budget() {
+        let mut s = BlobStore::new(100);
+        let (a, _) = put(&mut s, &[1; 40]);
+        let (b, _) = put(&mut s, &[2; 40]);
+        assert!(s.get(&a).is_some()); // a is now more recent than b
+        let (c, ev) = put(&mut s, &[3; 40]);
+        assert_eq!(ev, vec![b]);
+        assert!(s.contains(&a) && s.contains(&c) && !s.contains(&b));
+        assert_eq!(s.used_bytes(), 80);
+        assert!(s.used_bytes() <= 100);
+    }
+
+    #[test]
+    fn rejects_blob_over_budget_and_handles_duplicates() {
+        let mut s = BlobStore::new(10);
+        let data = [0u8; 11];
+        let err = s
+            .insert(
+                BlobHash::of(&data),
+                Bytes::copy_from_slice(&data),
+                Arc::new(Manifest::compute(&data)),
+            )
+            .unwrap_err();
+        assert!(matches!(err, StoreError::TooLarge { .. }));
+        let (a, _) = put(&mut s, &[1; 5]);
+        let (a2, ev) = put(&mut s, &[1; 5]);
+        assert_eq!(a, a2);
+        assert!(ev.is_empty());
+        assert_eq!(s.used_bytes(), 5);
+        assert!(s.remove(&a));
+        assert!(s.is_empty());
+        assert_eq!(s.used_bytes(), 0);
+    }
+}

@@ -1,0 +1,184 @@
+//! The cloneable handle the rest of the program uses to talk to the swarm task.
+//!
+//! Commands go over one bounded channel, each with a oneshot for its answer; the swarm
+//! task never blocks on a client. Blobs are put into and read from the shared store
+//! directly (a short std mutex, no I/O under it); fetches run in the caller's task.
+
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use libp2p::{Multiaddr, PeerId};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::blob::fetch;
+use crate::blob::store::BlobStore;
+use crate::blob::wire::{BlobRequest, BlobResponse};
+use crate::blob::{BlobHash, Manifest};
+use crate::counters::{NetStats, RejectReason};
+use crate::error::NetError;
+
+/// Capacity of the command channel (clients wait when it is full).
+pub const COMMAND_CAPACITY: usize = 256;
+/// Capacity of the event stream; when full, new events are dropped and counted.
+pub const EVENT_CAPACITY: usize = 1024;
+
+/// What the node tells the program.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NetEvent {
+    /// A valid announcement of our run. `from` forwarded it; `author` signed it.
+    Announcement { from: PeerId, author: Option<PeerId>, payload: Bytes },
+    /// A peer of our run is connected (first time or again).
+    RunPeerJoined(PeerId),
+    /// A peer of our run is no longer connected.
+    RunPeerLeft(PeerId),
+    /// A peer served bad data and is ignored for a while.
+    PeerPenalised { peer: PeerId, reason: RejectReason },
+}
+
+pub(crate) enum Command {
+    Publish {
+        payload: Vec<u8>,
+        reply: oneshot::Sender<Result<(), NetError>>,
+    },
+    BlobRequest {
+        peer: PeerId,
+        request: BlobRequest,
+        reply: oneshot::Sender<Result<BlobResponse, NetError>>,
+    },
+    Dial {
+        addr: Multiaddr,
+        reply: oneshot::Sender<Result<(), NetError>>,
+    },
+    Report {
+        peer: PeerId,
+        reason: RejectReason,
+    },
+    Stats {
+        reply: oneshot::Sender<NetStats>,
+    },
+    RunPeers {
+        reply: oneshot::Sender<Vec<PeerId>>,
+    },
+}
+
+/// Cloneable handle to a running node.
+#[derive(Clone)]
+pub struct NetClient {
+    pub(crate) peer_id: PeerId,
+    pub(crate) commands: mpsc::Sender<Command>,
+    pub(crate) store: Arc<Mutex<BlobStore>>,
+}
+
+impl std::fmt::Debug for NetClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NetClient").field("peer_id", &self.peer_id).finish()
+    }
+}
+
+impl NetClient {
+    /// This node's peer id.
+    pub fn peer_id(&self) -> PeerId {
+        self.peer_id
+    }
+
+    async fn ask<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<T>) -> Command,
+    ) -> Result<T, NetError> {
+        let (tx, rx) = oneshot::channel();
+        self.commands.send(make(tx)).await.map_err(|_| NetError::Shutdown)?;
+        rx.await.map_err(|_| NetError::Shutdown)
+    }
+
+    /// Publishes an announcement payload to the run's topic (at most
+    /// [`crate::announce::MAX_ANNOUNCE_BYTES`] with the envelope).
+    pub async fn publish(&self, payload: Vec<u8>) -> Result<(), NetError> {
+        self.ask(|reply| Command::Publish { payload, reply }).await?
+    }
+
+    /// Dials an address (e.g. a bootstrap peer learnt later).
+    pub async fn dial(&self, addr: Multiaddr) -> Result<(), NetError> {
+        self.ask(|reply| Command::Dial { addr, reply }).await?
+    }
+
+    /// A snapshot of counters and peers.
+    pub async fn stats(&self) -> Result<NetStats, NetError> {
+        self.ask(|reply| Command::Stats { reply }).await
+    }
+
+    /// Connected peers of our run.
+    pub async fn run_peers(&self) -> Result<Vec<PeerId>, NetError> {
+        self.ask(|reply| Command::RunPeers { reply }).await
+    }
+
+    /// One raw blob request to one peer (the building block of [`NetClient::fetch_blob`]).
+    pub async fn request_blob(
+        &self,
+        peer: PeerId,
+        request: BlobRequest,
+    ) -> Result<BlobResponse, NetError> {
+        self.ask(|reply| Command::BlobRequest { peer, request, reply }).await?
+    }
+
+    /// Reports a peer that misbehaved; penalising reasons make the node refuse to ask it
+    /// for data for a while.
+    pub async fn report(&self, peer: PeerId, reason: RejectReason) -> Result<(), NetError> {
+        self.commands.send(Command::Report { peer, reason }).await.map_err(|_| NetError::Shutdown)
+    }
+
+    /// Stores a blob locally (hashing it on the caller's thread) so peers can fetch it.
+    pub fn put_blob(&self, data: Bytes) -> Result<BlobHash, NetError> {
+        let hash = BlobHash::of(&data);
+        let manifest = Arc::new(Manifest::compute(&data));
+        self.lock_store().insert(hash, data, manifest)?;
+        Ok(hash)
+    }
+
+    /// A locally stored blob.
+    pub fn get_blob(&self, hash: &BlobHash) -> Option<Bytes> {
+        self.lock_store().get(hash).map(|(data, _)| data)
+    }
+
+    /// True if the blob is stored locally.
+    pub fn has_blob(&self, hash: &BlobHash) -> bool {
+        self.lock_store().contains(hash)
+    }
+
+    /// Fetches a blob: from the local store if there, else from `sources` (tried first) and
+    /// the connected run peers, several at once, each chunk verified. The blob is stored
+    /// locally afterwards, so this node serves it too.
+    pub async fn fetch_blob(&self, hash: BlobHash, sources: &[PeerId]) -> Result<Bytes, NetError> {
+        if let Some(data) = self.get_blob(&hash) {
+            return Ok(data);
+        }
+        let mut all: Vec<PeerId> = Vec::new();
+        for p in sources.iter().copied().chain(self.run_peers().await?) {
+            if p != self.peer_id && !all.contains(&p) {
+                all.push(p);
+            }
+        }
+        let (data, manifest) = fetch::fetch(self, hash, all).await?;
+        self.lock_store().insert(hash, data.clone(), Arc::new(manifest))?;
+        Ok(data)
+    }
+
+    /// Test hook: stores `data` under `hash` with `manifest` *without* checking that they
+    /// match; this is how tests build a peer that serves wrong bytes. Never use it elsewhere.
+    #[doc(hidden)]
+    pub fn insert_unverified_for_tests(
+        &self,
+        hash: BlobHash,
+        data: Bytes,
+        manifest: Manifest,
+    ) -> Result<(), NetError> {
+        self.lock_store().insert(hash, data, Arc::new(manifest))?;
+        Ok(())
+    }
+
+    pub(crate) fn lock_store(&self) -> std::sync::MutexGuard<'_, BlobStore> {
+        // A panic while holding this lock cannot leave the store inconsistent in a way that
+        // matters more than losing the node, so a poisoned lock is taken over.
+        self.store.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}

@@ -1,0 +1,129 @@
+//! Counters on the hot paths and the [`NetStats`] snapshot that the status file shows.
+//!
+//! Byte counters that connection tasks touch are atomics behind one `Arc`; everything else
+//! (per-peer bytes, rejects) belongs to the swarm task alone and needs no lock.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
+
+/// Sent and received bytes of one protocol, one peer or the whole node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ByteCount {
+    pub sent: u64,
+    pub received: u64,
+}
+
+/// A pair of atomic byte counters.
+#[derive(Debug, Default)]
+pub struct ByteCounter {
+    sent: AtomicU64,
+    received: AtomicU64,
+}
+
+impl ByteCounter {
+    pub fn add_out(&self, n: u64) {
+        self.sent.fetch_add(n, Ordering::Relaxed);
+    }
+    pub fn add_in(&self, n: u64) {
+        self.received.fetch_add(n, Ordering::Relaxed);
+    }
+    pub fn get(&self) -> ByteCount {
+        ByteCount {
+            sent: self.sent.load(Ordering::Relaxed),
+            received: self.received.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Counters shared between the swarm task and the connection tasks.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Every byte on every substream of every connection (all protocols, after the muxer,
+    /// before encryption framing), TCP and QUIC alike.
+    pub transport: ByteCounter,
+    /// Bytes of the blob protocol (requests and responses as encoded).
+    pub blob: ByteCounter,
+    /// Announcement payloads published and received (gossipsub framing excluded).
+    pub announce: ByteCounter,
+}
+
+/// Why a message, connection or transfer was refused. Counted and logged once per peer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum RejectReason {
+    /// Announcement larger than the limit.
+    Oversized,
+    /// Announcement that does not decode.
+    Malformed,
+    /// Announcement of another run.
+    WrongRun,
+    /// Announcement of another protocol version.
+    WrongVersion,
+    /// Inbound connection that failed the handshake (garbage on the listen port).
+    Handshake,
+    /// Blob stream that failed to decode (garbage on the blob protocol).
+    BlobMalformed,
+    /// A manifest that does not hash to the blob it was asked for.
+    BadManifest,
+    /// A chunk that does not match the manifest.
+    BadChunk,
+    /// Peer that speaks another atoll wire version (identify).
+    PeerVersion,
+}
+
+impl RejectReason {
+    /// Stable name used in the status file and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RejectReason::Oversized => "oversized",
+            RejectReason::Malformed => "malformed",
+            RejectReason::WrongRun => "wrong_run",
+            RejectReason::WrongVersion => "wrong_version",
+            RejectReason::Handshake => "handshake",
+            RejectReason::BlobMalformed => "blob_malformed",
+            RejectReason::BadManifest => "bad_manifest",
+            RejectReason::BadChunk => "bad_chunk",
+            RejectReason::PeerVersion => "peer_version",
+        }
+    }
+
+    /// True for reasons that mean the peer lied or attacked (its data must not be trusted).
+    pub fn is_penalty(self) -> bool {
+        matches!(self, RejectReason::BadManifest | RejectReason::BadChunk)
+    }
+}
+
+/// A snapshot of the node, as written to `status.json`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NetStats {
+    pub peer_id: String,
+    pub run_id: String,
+    /// Addresses this node listens on, each ending in `/p2p/<peer_id>` (ready to bootstrap from).
+    pub listen_addrs: Vec<String>,
+    /// Peer ids of the run's peers this node is connected to, sorted.
+    pub run_peers: Vec<String>,
+    /// Number of connected peers (of any run).
+    pub connected: usize,
+    /// Peers in the Kademlia routing table.
+    pub routing_table_size: usize,
+    /// All substream bytes (see [`Counters::transport`]).
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    /// Bytes per protocol: "transport", "blob", "announce".
+    pub protocols: BTreeMap<String, ByteCount>,
+    /// Blob and announcement payload bytes per peer (bounded to the most recent peers).
+    pub peers: BTreeMap<String, ByteCount>,
+    /// Rejected messages and connections by reason.
+    pub rejects: BTreeMap<String, u64>,
+    /// Events dropped because the consumer of the event stream fell behind.
+    pub events_dropped: u64,
+    /// Blobs and bytes in the local store.
+    pub blobs_stored: usize,
+    pub store_bytes: u64,
+    /// Peers currently penalised for serving bad data.
+    pub penalised: usize,
+    /// Seconds since the node started.
+    pub uptime_secs: u64,
+}

@@ -1,0 +1,53 @@
+//! atoll-net: the libp2p peer layer. It moves bytes and blake3 hashes between the peers of
+//! a run and knows nothing of models.
+//!
+//! Map of the crate:
+//! - [`node`]: starts a node (one task owns the Swarm) and stops it, awaited.
+//! - [`client`]: [`NetClient`], the cloneable handle (publish, blobs, stats) and
+//!   [`NetEvent`], the one event stream.
+//! - [`config`]: [`NetConfig`], run ids and the run's DHT key.
+//! - [`identity`]: the ed25519 key persisted in the run dir.
+//! - [`behaviour`]: the composed protocols (Kademlia `/atoll/kad/1.0.0`, identify, ping,
+//!   gossipsub, blob request-response, mDNS) and their settings.
+//! - [`transport`]: TCP+noise+yamux or QUIC, every substream byte counted.
+//! - [`announce`]: the versioned envelope of announcements and its checks.
+//! - [`blob`]: content addressing, verified chunk manifests, the store, the wire protocol
+//!   and multi-source fetching.
+//! - [`limiter`]: the upload cap (token bucket).
+//! - [`counters`]: byte counters, reject reasons and the [`NetStats`] snapshot.
+//! - [`error`]: typed errors.
+//!
+//! Typical use:
+//! ```no_run
+//! # async fn demo() -> Result<(), atoll_net::NetError> {
+//! use atoll_net::{identity, NetConfig, Node};
+//! let key = identity::load_or_create(std::path::Path::new("run/peer_key"))?;
+//! let mut cfg = NetConfig::new(key, "my-run");
+//! cfg.listen.push("/ip4/127.0.0.1/tcp/0".parse().unwrap());
+//! let mut node = Node::start(cfg).await?;
+//! node.client.publish(b"hello".to_vec()).await.ok(); // fails while no peer listens
+//! let hash = node.client.put_blob(bytes::Bytes::from_static(b"delta"))?;
+//! while let Some(event) = node.events.recv().await { let _ = (event, hash); break; }
+//! node.handle.shutdown().await?;
+//! # Ok(()) }
+//! ```
+
+pub mod announce;
+pub mod behaviour;
+pub mod blob;
+pub mod client;
+pub mod config;
+pub mod counters;
+pub mod error;
+pub mod identity;
+pub mod limiter;
+pub mod node;
+pub mod transport;
+
+pub use blob::{BlobHash, Manifest, CHUNK_SIZE};
+pub use client::{NetClient, NetEvent};
+pub use config::{NetConfig, DEFAULT_RUN_ID};
+pub use counters::{ByteCount, NetStats, RejectReason};
+pub use error::{AnnounceError, FetchError, IdentityError, NetError, StoreError};
+pub use libp2p::{Multiaddr, PeerId};
+pub use node::{Node, NodeHandle};

@@ -1,0 +1,333 @@
+//! The swarm task: the only owner of the libp2p `Swarm`.
+//!
+//! `select! { biased; stop, commands, queued uploads, discovery timer, swarm events }`:
+//! local work first, so a flood from the network cannot starve the program's commands.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use libp2p::kad::{QueryId, RecordKey};
+use libp2p::multiaddr::Protocol;
+use libp2p::request_response::OutboundRequestId;
+use libp2p::swarm::dial_opts::{DialOpts, PeerCondition};
+use libp2p::{gossipsub, Multiaddr, PeerId, Swarm};
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, info};
+
+use super::peers::PeerBook;
+use super::uploads::UploadQueue;
+use crate::announce;
+use crate::behaviour::Behaviour;
+use crate::blob::store::BlobStore;
+use crate::blob::wire::BlobResponse;
+use crate::client::{Command, NetEvent};
+use crate::config::{run_key, NetConfig};
+use crate::counters::{Counters, NetStats};
+use crate::error::NetError;
+use crate::limiter::UploadLimiter;
+
+/// Outbound blob requests in flight at once (over all fetches).
+pub const MAX_OUTBOUND_REQUESTS: usize = 1024;
+/// Re-publish our provider record every this many discovery ticks.
+const PROVIDE_EVERY: u64 = 10;
+/// Run a Kademlia bootstrap (refresh of the routing table) every this many ticks.
+const BOOTSTRAP_EVERY: u64 = 20;
+/// How long shutdown waits for connections to close cleanly.
+const CLOSE_GRACE: Duration = Duration::from_millis(500);
+
+pub(crate) struct EventLoop {
+    pub(super) swarm: Swarm<Behaviour>,
+    commands: mpsc::Receiver<Command>,
+    commands_open: bool,
+    events: mpsc::Sender<NetEvent>,
+    stop: oneshot::Receiver<()>,
+    pub(super) store: Arc<Mutex<BlobStore>>,
+    pub(super) counters: Arc<Counters>,
+    pub(super) run_id: String,
+    run_key: RecordKey,
+    pub(super) topic: gossipsub::IdentTopic,
+    bootstrap: Vec<Multiaddr>,
+    discovery_interval: Duration,
+    started: Instant,
+    /// Replies owed to clients for outbound blob requests.
+    pub(super) pending: HashMap<OutboundRequestId, oneshot::Sender<Result<BlobResponse, NetError>>>,
+    pub(super) uploads: UploadQueue,
+    pub(super) peers: PeerBook,
+    events_dropped: u64,
+    /// True once a provider record was stored on at least one peer since the last failure.
+    pub(super) provided: bool,
+    /// The running provider lookup and when it began.
+    pub(super) providers_query: Option<(QueryId, Instant)>,
+    ticks: u64,
+}
+
+impl EventLoop {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        swarm: Swarm<Behaviour>,
+        cfg: &NetConfig,
+        topic: gossipsub::IdentTopic,
+        commands: mpsc::Receiver<Command>,
+        events: mpsc::Sender<NetEvent>,
+        stop: oneshot::Receiver<()>,
+        store: Arc<Mutex<BlobStore>>,
+        counters: Arc<Counters>,
+    ) -> Self {
+        let now = Instant::now();
+        EventLoop {
+            swarm,
+            commands,
+            commands_open: true,
+            events,
+            stop,
+            store,
+            counters,
+            run_id: cfg.run_id.clone(),
+            run_key: run_key(&cfg.run_id),
+            topic,
+            bootstrap: cfg.bootstrap.clone(),
+            discovery_interval: cfg.discovery_interval,
+            started: now,
+            pending: HashMap::new(),
+            uploads: UploadQueue::new(
+                UploadLimiter::new(cfg.max_upload_bytes_per_sec, now),
+                cfg.request_timeout / 2,
+            ),
+            peers: PeerBook::default(),
+            events_dropped: 0,
+            provided: false,
+            providers_query: None,
+            ticks: 0,
+        }
+    }
+
+    pub(crate) async fn run(mut self) {
+        let mut discovery = tokio::time::interval(self.discovery_interval);
+        discovery.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let next_upload = self.uploads.next_at();
+            let upload_sleep = tokio::time::sleep_until(
+                next_upload.map_or_else(tokio::time::Instant::now, tokio::time::Instant::from_std),
+            );
+            tokio::select! {
+                biased;
+                _ = &mut self.stop => break,
+                cmd = self.commands.recv(), if self.commands_open => match cmd {
+                    Some(cmd) => self.on_command(cmd),
+                    // All clients dropped: keep serving the swarm until told to stop.
+                    None => self.commands_open = false,
+                },
+                _ = upload_sleep, if next_upload.is_some() => self.flush_uploads(),
+                _ = discovery.tick() => self.discover(),
+                event = self.swarm.select_next_some() => self.on_swarm_event(event),
+            }
+        }
+        self.close().await;
+    }
+
+    /// Disconnects everyone and drives the swarm until the connections are closed (so that
+    /// peers learn at once, QUIC included) or the grace period ends.
+    async fn close(&mut self) {
+        info!("shutting down");
+        self.pending.clear();
+        let connected: Vec<PeerId> = self.swarm.connected_peers().copied().collect();
+        for p in connected {
+            let _ = self.swarm.disconnect_peer_id(p);
+        }
+        let deadline = tokio::time::Instant::now() + CLOSE_GRACE;
+        while self.swarm.network_info().num_peers() > 0 {
+            match tokio::time::timeout_at(deadline, self.swarm.select_next_some()).await {
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+    }
+
+    fn on_command(&mut self, cmd: Command) {
+        match cmd {
+            Command::Publish { payload, reply } => {
+                let _ = reply.send(self.publish(&payload));
+            }
+            Command::BlobRequest { peer, request, reply } => {
+                if self.peers.is_penalised(&peer, Instant::now()) {
+                    let _ = reply.send(Err(NetError::Penalised(peer.to_string())));
+                } else if self.pending.len() >= MAX_OUTBOUND_REQUESTS {
+                    let _ = reply.send(Err(NetError::TooManyRequests(MAX_OUTBOUND_REQUESTS)));
+                } else {
+                    let id = self.swarm.behaviour_mut().blob.send_request(&peer, request);
+                    self.pending.insert(id, reply);
+                }
+            }
+            Command::Dial { addr, reply } => {
+                let res = self
+                    .swarm
+                    .dial(addr.clone())
+                    .map_err(|e| NetError::Dial { addr: addr.to_string(), reason: e.to_string() });
+                let _ = reply.send(res);
+            }
+            Command::Report { peer, reason } => {
+                self.peers.reject(peer.to_string(), reason, "reported by fetch");
+                if reason.is_penalty() {
+                    self.peers.penalise(peer, Instant::now());
+                    self.emit(NetEvent::PeerPenalised { peer, reason });
+                }
+            }
+            Command::Stats { reply } => {
+                let _ = reply.send(self.stats());
+            }
+            Command::RunPeers { reply } => {
+                let _ = reply.send(self.run_peers());
+            }
+        }
+    }
+
+    fn publish(&mut self, payload: &[u8]) -> Result<(), NetError> {
+        let data = announce::encode(&self.run_id, payload)?;
+        let len = data.len() as u64;
+        self.swarm
+            .behaviour_mut()
+            .gossipsub
+            .publish(self.topic.clone(), data)
+            .map_err(|e| NetError::Publish(e.to_string()))?;
+        self.counters.announce.add_out(len);
+        Ok(())
+    }
+
+    /// Sends an event to the program; drops it (counted) if the program is behind.
+    pub(super) fn emit(&mut self, event: NetEvent) {
+        if self.events.try_send(event).is_err() {
+            self.events_dropped += 1;
+        }
+    }
+
+    fn flush_uploads(&mut self) {
+        let now = Instant::now();
+        while let Some(p) = self.uploads.pop_ready(now) {
+            let _ = self.swarm.behaviour_mut().blob.send_response(p.channel, p.response);
+        }
+    }
+
+    /// One discovery tick: re-provide, look up run peers, refresh the routing table, and
+    /// re-dial the bootstrap peers if we have lost every peer.
+    pub(super) fn discover(&mut self) {
+        self.ticks += 1;
+        let table = self.routing_table_size();
+        if table == 0 {
+            if self.ticks > 1 && self.swarm.network_info().num_peers() == 0 {
+                for addr in self.bootstrap.clone() {
+                    super::dial_bootstrap(&mut self.swarm, &addr);
+                }
+            }
+            return;
+        }
+        let kad = &mut self.swarm.behaviour_mut().kad;
+        if !self.provided || self.ticks % PROVIDE_EVERY == 0 {
+            if let Err(e) = kad.start_providing(self.run_key.clone()) {
+                debug!(error = %e, "cannot store own provider record");
+            }
+            // Assume success until the query says otherwise, so we do not re-provide on
+            // every tick while the first one runs.
+            self.provided = true;
+        }
+        let stale =
+            self.providers_query.is_some_and(|(_, t)| t.elapsed() > 3 * self.discovery_interval);
+        if stale {
+            if let Some((id, _)) = self.providers_query.take() {
+                if let Some(mut q) = kad.query_mut(&id) {
+                    q.finish();
+                }
+            }
+        }
+        if self.providers_query.is_none() {
+            let id = kad.get_providers(self.run_key.clone());
+            self.providers_query = Some((id, Instant::now()));
+        }
+        if self.ticks % BOOTSTRAP_EVERY == 0 {
+            let _ = kad.bootstrap();
+        }
+    }
+
+    /// A peer is in our run: note it, and dial it or announce it as joined.
+    pub(super) fn learn_run_peer(&mut self, peer: PeerId) {
+        if peer == *self.swarm.local_peer_id() {
+            return;
+        }
+        self.peers.learn_run_peer(peer);
+        if self.swarm.is_connected(&peer) {
+            self.member_connected(peer);
+        } else if !self.peers.is_penalised(&peer, Instant::now()) {
+            let opts =
+                DialOpts::peer_id(peer).condition(PeerCondition::DisconnectedAndNotDialing).build();
+            if let Err(e) = self.swarm.dial(opts) {
+                debug!(peer = %peer, error = %e, "cannot dial run peer");
+            }
+        }
+    }
+
+    pub(super) fn member_connected(&mut self, peer: PeerId) {
+        if self.peers.known_run.contains(&peer) && self.peers.members.insert(peer) {
+            info!(peer = %peer, "run peer connected");
+            self.emit(NetEvent::RunPeerJoined(peer));
+        }
+    }
+
+    pub(super) fn member_disconnected(&mut self, peer: PeerId) {
+        if self.peers.members.remove(&peer) {
+            info!(peer = %peer, "run peer disconnected");
+            self.emit(NetEvent::RunPeerLeft(peer));
+        }
+    }
+
+    fn run_peers(&self) -> Vec<PeerId> {
+        let mut v: Vec<PeerId> = self.peers.members.iter().copied().collect();
+        v.sort();
+        v
+    }
+
+    fn routing_table_size(&mut self) -> usize {
+        self.swarm.behaviour_mut().kad.kbuckets().map(|b| b.num_entries()).sum()
+    }
+
+    fn stats(&mut self) -> NetStats {
+        let peer_id = *self.swarm.local_peer_id();
+        let listen_addrs = self
+            .swarm
+            .listeners()
+            .map(|a| a.clone().with(Protocol::P2p(peer_id)).to_string())
+            .collect();
+        let transport = self.counters.transport.get();
+        let mut protocols = std::collections::BTreeMap::new();
+        protocols.insert("transport".to_string(), transport);
+        protocols.insert("blob".to_string(), self.counters.blob.get());
+        protocols.insert("announce".to_string(), self.counters.announce.get());
+        let (blobs_stored, store_bytes) = {
+            let s = self.store.lock().unwrap_or_else(|p| p.into_inner());
+            (s.len(), s.used_bytes())
+        };
+        NetStats {
+            peer_id: peer_id.to_string(),
+            run_id: self.run_id.clone(),
+            listen_addrs,
+            run_peers: self.run_peers().iter().map(|p| p.to_string()).collect(),
+            connected: self.swarm.network_info().num_peers(),
+            routing_table_size: self.routing_table_size(),
+            bytes_sent: transport.sent,
+            bytes_received: transport.received,
+            protocols,
+            peers: self.peers.bytes.iter().map(|(p, b)| (p.to_string(), *b)).collect(),
+            rejects: self.peers.rejects.iter().map(|(r, n)| (r.as_str().to_string(), *n)).collect(),
+            events_dropped: self.events_dropped,
+            blobs_stored,
+            store_bytes,
+            penalised: self.peers.penalised_count(Instant::now()),
+            uptime_secs: self.started.elapsed().as_secs(),
+        }
+    }
+
+    pub(super) fn payload(data: &[u8]) -> Bytes {
+        Bytes::copy_from_slice(data)
+    }
+}

@@ -1,0 +1,144 @@
+//! What the swarm task remembers about other peers: run membership, penalties, rejects,
+//! bytes per peer, and which complaints were already logged. Every map is bounded.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use libp2p::PeerId;
+use tracing::warn;
+
+use crate::counters::{ByteCount, RejectReason};
+
+/// Most peers remembered as run members (discovered, connected or not).
+pub const MAX_KNOWN_RUN_PEERS: usize = 4096;
+/// Most peers with a per-peer byte count.
+pub const MAX_TRACKED_PEERS: usize = 1024;
+/// Most peers in the penalty box.
+pub const MAX_PENALISED: usize = 4096;
+/// Most (peer, reason) pairs remembered for log-once.
+pub const MAX_LOGGED: usize = 4096;
+/// How long a peer that served bad data is not asked for data.
+pub const PENALTY: Duration = Duration::from_secs(600);
+
+/// Bookkeeping about remote peers.
+#[derive(Default)]
+pub struct PeerBook {
+    /// Peers known to be in our run (provider record or topic subscription).
+    pub known_run: HashSet<PeerId>,
+    /// Run peers currently connected (we emitted `RunPeerJoined` for them).
+    pub members: HashSet<PeerId>,
+    /// Penalised peers and when their penalty ends.
+    penalised: HashMap<PeerId, Instant>,
+    /// Rejections by reason.
+    pub rejects: BTreeMap<RejectReason, u64>,
+    /// Payload bytes per peer.
+    pub bytes: HashMap<PeerId, ByteCount>,
+    /// (who, reason) already logged; `who` is a peer id or a remote IP.
+    logged: HashSet<(String, RejectReason)>,
+}
+
+impl PeerBook {
+    /// Remembers a run peer; true if it was new.
+    pub fn learn_run_peer(&mut self, peer: PeerId) -> bool {
+        if self.known_run.len() >= MAX_KNOWN_RUN_PEERS && !self.known_run.contains(&peer) {
+            // Forget a peer that is not connected to make room.
+            let victim = self.known_run.iter().find(|p| !self.members.contains(p)).copied();
+            match victim {
+                Some(v) => {
+                    self.known_run.remove(&v);
+                }
+                None => return false,
+            }
+        }
+        self.known_run.insert(peer)
+    }
+
+    /// Counts a rejection and logs it the first time for this `who` and reason.
+    pub fn reject(&mut self, who: String, reason: RejectReason, detail: &str) {
+        *self.rejects.entry(reason).or_default() += 1;
+        if self.logged.len() >= MAX_LOGGED {
+            self.logged.clear();
+        }
+        if self.logged.insert((who.clone(), reason)) {
+            warn!(
+                from = %who,
+                reason = reason.as_str(),
+                detail,
+                "rejected (logged once per peer and reason; see the rejects counters)"
+            );
+        }
+    }
+
+    /// Puts a peer in the penalty box.
+    pub fn penalise(&mut self, peer: PeerId, now: Instant) {
+        if self.penalised.len() >= MAX_PENALISED {
+            self.penalised.retain(|_, until| *until > now);
+            if self.penalised.len() >= MAX_PENALISED {
+                return;
+            }
+        }
+        self.penalised.insert(peer, now + PENALTY);
+    }
+
+    /// True while the peer's penalty lasts.
+    pub fn is_penalised(&mut self, peer: &PeerId, now: Instant) -> bool {
+        match self.penalised.get(peer) {
+            Some(until) if *until > now => true,
+            Some(_) => {
+                self.penalised.remove(peer);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Number of peers currently penalised.
+    pub fn penalised_count(&self, now: Instant) -> usize {
+        self.penalised.values().filter(|u| **u > now).count()
+    }
+
+    /// Adds payload bytes for a peer.
+    pub fn add_bytes(&mut self, peer: PeerId, sent: u64, received: u64) {
+        if !self.bytes.contains_key(&peer) && self.bytes.len() >= MAX_TRACKED_PEERS {
+            // Evict the peer with the least traffic.
+            if let Some(v) =
+                self.bytes.iter().min_by_key(|(_, b)| b.sent + b.received).map(|(p, _)| *p)
+            {
+                self.bytes.remove(&v);
+            }
+        }
+        let b = self.bytes.entry(peer).or_default();
+        b.sent += sent;
+        b.received += received;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn penalty_expires_and_rejects_count() {
+        let mut book = PeerBook::default();
+        let p = PeerId::random();
+        let t0 = Instant::now();
+        book.penalise(p, t0);
+        assert!(book.is_penalised(&p, t0));
+        assert_eq!(book.penalised_count(t0), 1);
+        assert!(!book.is_penalised(&p, t0 + PENALTY + Duration::from_secs(1)));
+        for _ in 0..3 {
+            book.reject(p.to_string(), RejectReason::Malformed, "x");
+        }
+        assert_eq!(book.rejects[&RejectReason::Malformed], 3);
+        assert_eq!(book.logged.len(), 1);
+    }
+
+    #[test]
+    fn per_peer_bytes_are_bounded() {
+        let mut book = PeerBook::default();
+        for i in 0..(MAX_TRACKED_PEERS + 10) {
+            book.add_bytes(PeerId::random(), i as u64, 0);
+        }
+        assert_eq!(book.bytes.len(), MAX_TRACKED_PEERS);
+    }
+}

@@ -1,0 +1,249 @@
+//! How the swarm task reacts to what the network does.
+
+use std::time::Instant;
+
+use libp2p::kad::{self, GetProvidersOk, QueryResult};
+use libp2p::multiaddr::Protocol;
+use libp2p::request_response::{self, InboundFailure, Message};
+use libp2p::swarm::SwarmEvent;
+use libp2p::{gossipsub, identify, mdns, Multiaddr, PeerId};
+use tracing::debug;
+
+use super::event_loop::EventLoop;
+use super::uploads::Admit;
+use crate::announce;
+use crate::behaviour::{BehaviourEvent, IDENTIFY_PROTOCOL_VERSION, KAD_PROTOCOL};
+use crate::blob::chunk_range;
+use crate::blob::wire::{BlobRequest, BlobResponse};
+use crate::client::NetEvent;
+use crate::counters::RejectReason;
+use crate::error::{AnnounceError, NetError};
+
+impl EventLoop {
+    pub(super) fn on_swarm_event(&mut self, event: SwarmEvent<BehaviourEvent>) {
+        match event {
+            SwarmEvent::Behaviour(ev) => self.on_behaviour_event(ev),
+            SwarmEvent::ConnectionEstablished { peer_id, num_established, .. }
+                if num_established.get() == 1 =>
+            {
+                self.member_connected(peer_id)
+            }
+            SwarmEvent::ConnectionClosed { peer_id, num_established: 0, .. } => {
+                self.member_disconnected(peer_id)
+            }
+            SwarmEvent::IncomingConnectionError { send_back_addr, error, .. } => {
+                let who = remote_ip(&send_back_addr);
+                self.peers.reject(who, RejectReason::Handshake, &error.to_string());
+            }
+            SwarmEvent::NewListenAddr { address, .. } => {
+                self.swarm.add_external_address(address);
+            }
+            SwarmEvent::OutgoingConnectionError { peer_id, error, .. } => {
+                debug!(peer = ?peer_id, error = %error, "dial failed");
+            }
+            _ => {}
+        }
+    }
+
+    fn on_behaviour_event(&mut self, event: BehaviourEvent) {
+        match event {
+            BehaviourEvent::Identify(identify::Event::Received { peer_id, info, .. }) => {
+                self.on_identify(peer_id, info)
+            }
+            BehaviourEvent::Kad(ev) => self.on_kad(ev),
+            BehaviourEvent::Gossipsub(ev) => self.on_gossip(ev),
+            BehaviourEvent::Blob(ev) => self.on_blob(ev),
+            BehaviourEvent::Mdns(mdns::Event::Discovered(list)) => {
+                for (peer, addr) in list {
+                    self.swarm.behaviour_mut().kad.add_address(&peer, addr);
+                    self.learn_candidate(peer);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Kademlia does not learn the addresses of peers that dialled us; identify tells us
+    /// their listen addresses, and we feed them into the routing table.
+    fn on_identify(&mut self, peer: PeerId, info: identify::Info) {
+        if info.protocol_version != IDENTIFY_PROTOCOL_VERSION {
+            self.peers.reject(peer.to_string(), RejectReason::PeerVersion, &info.protocol_version);
+            return;
+        }
+        if !info.protocols.contains(&KAD_PROTOCOL) {
+            return;
+        }
+        let local_loopback = self.swarm.listeners().any(super::addr_is_loopback);
+        for addr in info.listen_addrs {
+            // Loopback addresses of a remote peer are only reachable if we are on the same
+            // host (tests, several peers on one machine).
+            if super::addr_is_loopback(&addr) && !local_loopback {
+                continue;
+            }
+            self.swarm.behaviour_mut().kad.add_address(&peer, addr);
+        }
+    }
+
+    /// A peer found on the LAN: connect; whether it is in our run is learnt from its
+    /// provider record or topic subscription.
+    fn learn_candidate(&mut self, peer: PeerId) {
+        if !self.swarm.is_connected(&peer) {
+            let _ = self.swarm.dial(peer);
+        }
+    }
+
+    fn on_kad(&mut self, event: kad::Event) {
+        match event {
+            kad::Event::OutboundQueryProgressed { id, result, step, .. } => match result {
+                QueryResult::GetProviders(res) => {
+                    if let Ok(GetProvidersOk::FoundProviders { providers, .. }) = res {
+                        for p in providers {
+                            self.learn_run_peer(p);
+                        }
+                    }
+                    if step.last {
+                        self.end_providers_query(id);
+                    }
+                }
+                QueryResult::StartProviding(Err(e)) => {
+                    debug!(error = %e, "providing the run key failed; retrying next tick");
+                    self.provided = false;
+                }
+                _ => {}
+            },
+            // The first peer in the table: announce ourselves and look around now rather
+            // than at the next tick.
+            kad::Event::RoutingUpdated { is_new_peer: true, .. } if !self.provided => {
+                self.discover()
+            }
+            _ => {}
+        }
+    }
+
+    fn end_providers_query(&mut self, id: kad::QueryId) {
+        if self.providers_query.is_some_and(|(q, _)| q == id) {
+            self.providers_query = None;
+        }
+    }
+
+    fn on_gossip(&mut self, event: gossipsub::Event) {
+        match event {
+            gossipsub::Event::Message { propagation_source, message_id, message } => {
+                let verdict = if message.topic != self.topic.hash() {
+                    Err(AnnounceError::WrongRun {
+                        got: message.topic.to_string(),
+                        expected: self.run_id.clone(),
+                    })
+                } else {
+                    announce::decode(&self.run_id, &message.data).map(EventLoop::payload)
+                };
+                let acceptance = match verdict {
+                    Ok(payload) => {
+                        let n = message.data.len() as u64;
+                        self.counters.announce.add_in(n);
+                        self.peers.add_bytes(propagation_source, 0, n);
+                        self.emit(NetEvent::Announcement {
+                            from: propagation_source,
+                            author: message.source,
+                            payload,
+                        });
+                        gossipsub::MessageAcceptance::Accept
+                    }
+                    Err(e) => {
+                        let reason = match e {
+                            AnnounceError::Oversized { .. } => RejectReason::Oversized,
+                            AnnounceError::WrongRun { .. } => RejectReason::WrongRun,
+                            AnnounceError::WrongVersion { .. } => RejectReason::WrongVersion,
+                            _ => RejectReason::Malformed,
+                        };
+                        self.peers.reject(propagation_source.to_string(), reason, &e.to_string());
+                        gossipsub::MessageAcceptance::Reject
+                    }
+                };
+                self.swarm.behaviour_mut().gossipsub.report_message_validation_result(
+                    &message_id,
+                    &propagation_source,
+                    acceptance,
+                );
+            }
+            gossipsub::Event::Subscribed { peer_id, topic } if topic == self.topic.hash() => {
+                self.learn_run_peer(peer_id);
+            }
+            _ => {}
+        }
+    }
+
+    fn on_blob(&mut self, event: request_response::Event<BlobRequest, BlobResponse>) {
+        match event {
+            request_response::Event::Message { peer, message, .. } => match message {
+                Message::Request { request, channel, .. } => self.serve(peer, request, channel),
+                Message::Response { request_id, response } => {
+                    self.peers.add_bytes(peer, 0, response.payload_len() as u64);
+                    if let Some(reply) = self.pending.remove(&request_id) {
+                        let _ = reply.send(Ok(response));
+                    }
+                }
+            },
+            request_response::Event::OutboundFailure { peer, request_id, error, .. } => {
+                if let Some(reply) = self.pending.remove(&request_id) {
+                    let _ = reply.send(Err(NetError::Request {
+                        peer: peer.to_string(),
+                        reason: error.to_string(),
+                    }));
+                }
+            }
+            request_response::Event::InboundFailure { peer, error, .. } => match error {
+                InboundFailure::Io(e) => {
+                    self.peers.reject(peer.to_string(), RejectReason::BlobMalformed, &e.to_string())
+                }
+                other => debug!(peer = %peer, error = %other, "inbound blob request failed"),
+            },
+            request_response::Event::ResponseSent { .. } => {}
+        }
+    }
+
+    fn serve(
+        &mut self,
+        peer: PeerId,
+        request: BlobRequest,
+        channel: request_response::ResponseChannel<BlobResponse>,
+    ) {
+        let response = {
+            let mut store = self.store.lock().unwrap_or_else(|p| p.into_inner());
+            match request {
+                BlobRequest::Manifest { hash } => match store.get(&hash) {
+                    Some((_, m)) => BlobResponse::Manifest((*m).clone()),
+                    None => BlobResponse::NotFound,
+                },
+                BlobRequest::Chunk { hash, index } => match store.get(&hash) {
+                    Some((data, m)) if (index as usize) < m.chunk_count() => {
+                        let r = chunk_range(m.size, index as usize);
+                        BlobResponse::Chunk(data.slice(r.start as usize..r.end as usize))
+                    }
+                    _ => BlobResponse::NotFound,
+                },
+            }
+        };
+        let len = response.payload_len() as u64;
+        let (channel, response) = match self.uploads.admit(Instant::now(), channel, response) {
+            Admit::Now(c, r) => {
+                self.peers.add_bytes(peer, len, 0);
+                (c, r)
+            }
+            Admit::Queued => return self.peers.add_bytes(peer, len, 0),
+            Admit::Busy(c) => (c, BlobResponse::Busy),
+        };
+        let _ = self.swarm.behaviour_mut().blob.send_response(channel, response);
+    }
+}
+
+/// The IP part of a remote address (what "once per peer" means before a handshake).
+fn remote_ip(addr: &Multiaddr) -> String {
+    addr.iter()
+        .find_map(|p| match p {
+            Protocol::Ip4(ip) => Some(ip.to_string()),
+            Protocol::Ip6(ip) => Some(ip.to_string()),
+            _ => None,
+        })
+        .unwrap_or_else(|| addr.to_string())
+}

@@ -1,0 +1,137 @@
+//! The transport: TCP + noise + yamux, or QUIC, with every substream byte counted.
+//!
+//! We assemble the transport by hand instead of `SwarmBuilder::with_tcp().with_quic()` so
+//! that one wrapper around the muxer counts the bytes of all protocols on both transports;
+//! libp2p's own bandwidth metrics would pull in prometheus for one pair of numbers.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::future::Either;
+use futures::{AsyncRead, AsyncWrite};
+use libp2p::core::muxing::{StreamMuxer, StreamMuxerBox, StreamMuxerEvent, SubstreamBox};
+use libp2p::core::transport::{Boxed, OrTransport};
+use libp2p::core::upgrade::Version;
+use libp2p::{identity::Keypair, noise, quic, tcp, yamux, PeerId, Transport};
+
+use crate::counters::ByteCounter;
+use crate::counters::Counters;
+use crate::error::NetError;
+
+/// Time allowed for the noise and yamux handshakes of a TCP connection.
+const TCP_UPGRADE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Builds the counted TCP-or-QUIC transport for `key`.
+pub fn build(
+    key: &Keypair,
+    counters: Arc<Counters>,
+) -> Result<Boxed<(PeerId, StreamMuxerBox)>, NetError> {
+    let noise = noise::Config::new(key).map_err(|e| NetError::Transport(e.to_string()))?;
+    let tcp = tcp::tokio::Transport::new(tcp::Config::default().nodelay(true))
+        .upgrade(Version::V1Lazy)
+        .authenticate(noise)
+        .multiplex(yamux::Config::default())
+        .timeout(TCP_UPGRADE_TIMEOUT);
+    let quic = quic::tokio::Transport::new(quic::Config::new(key));
+    Ok(OrTransport::new(quic, tcp)
+        .map(move |out, _| {
+            let (peer, muxer) = match out {
+                Either::Left((peer, m)) => (peer, StreamMuxerBox::new(m)),
+                Either::Right((peer, m)) => (peer, StreamMuxerBox::new(m)),
+            };
+            let counted = CountingMuxer { inner: muxer, counters: counters.clone() };
+            (peer, StreamMuxerBox::new(counted))
+        })
+        .boxed())
+}
+
+/// A muxer whose substreams count their bytes into [`Counters::transport`].
+struct CountingMuxer {
+    inner: StreamMuxerBox,
+    counters: Arc<Counters>,
+}
+
+impl CountingMuxer {
+    fn wrap(&self, s: SubstreamBox) -> CountingStream {
+        CountingStream { inner: s, counters: self.counters.clone() }
+    }
+}
+
+impl StreamMuxer for CountingMuxer {
+    type Substream = CountingStream;
+    type Error = io::Error;
+
+    fn poll_inbound(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<CountingStream, io::Error>> {
+        let s = futures::ready!(Pin::new(&mut self.inner).poll_inbound(cx))?;
+        Poll::Ready(Ok(self.wrap(s)))
+    }
+
+    fn poll_outbound(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<CountingStream, io::Error>> {
+        let s = futures::ready!(Pin::new(&mut self.inner).poll_outbound(cx))?;
+        Poll::Ready(Ok(self.wrap(s)))
+    }
+
+    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), io::Error>> {
+        Pin::new(&mut self.inner).poll_close(cx)
+    }
+
+    fn poll(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<StreamMuxerEvent, io::Error>> {
+        Pin::new(&mut self.inner).poll(cx)
+    }
+}
+
+/// A substream that counts what passes through it.
+struct CountingStream {
+    inner: SubstreamBox,
+    counters: Arc<Counters>,
+}
+
+impl CountingStream {
+    fn counter(&self) -> &ByteCounter {
+        &self.counters.transport
+    }
+}
+
+impl AsyncRead for CountingStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        let n = futures::ready!(Pin::new(&mut self.inner).poll_read(cx, buf))?;
+        self.counter().add_in(n as u64);
+        Poll::Ready(Ok(n))
+    }
+}
+
+impl AsyncWrite for CountingStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let n = futures::ready!(Pin::new(&mut self.inner).poll_write(cx, buf))?;
+        self.counter().add_out(n as u64);
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_close(cx)
+    }
+}

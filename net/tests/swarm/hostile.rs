@@ -1,0 +1,168 @@
+//! Broken and hostile input crashes nobody; each rejection is counted by reason.
+
+use std::time::Duration;
+
+use atoll_net::announce::{topic_name, ANNOUNCE_VERSION};
+use atoll_net::{Multiaddr, NetEvent};
+use futures::StreamExt;
+use libp2p::swarm::SwarmEvent;
+use libp2p::{gossipsub, noise, tcp, yamux, Swarm, SwarmBuilder};
+use tokio::io::AsyncWriteExt;
+
+use crate::support::{
+    next_event, seeded_bytes, start, start_from, stop_all, wait_until, Opts, DEADLINE,
+};
+
+/// A bare gossipsub peer that sends whatever bytes it is told to, up to 256 KiB.
+fn hostile_swarm() -> anyhow::Result<Swarm<gossipsub::Behaviour>> {
+    Ok(SwarmBuilder::with_new_identity()
+        .with_tokio()
+        .with_tcp(tcp::Config::default(), noise::Config::new, yamux::Config::default)?
+        .with_behaviour(|key| {
+            let cfg = gossipsub::ConfigBuilder::default()
+                .max_transmit_size(256 * 1024)
+                .build()
+                .expect("valid gossipsub config");
+            gossipsub::Behaviour::new(gossipsub::MessageAuthenticity::Signed(key.clone()), cfg)
+                .expect("valid gossipsub behaviour")
+        })?
+        .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(60)))
+        .build())
+}
+
+/// Drives the swarm until `done` says so, or fails at the deadline.
+async fn drive_until(
+    swarm: &mut Swarm<gossipsub::Behaviour>,
+    mut done: impl FnMut(&SwarmEvent<gossipsub::Event>) -> bool,
+) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let ev = tokio::time::timeout_at(deadline, swarm.select_next_some())
+            .await
+            .map_err(|_| anyhow::anyhow!("hostile peer: condition not reached in time"))?;
+        if done(&ev) {
+            return Ok(());
+        }
+    }
+}
+
+fn envelope(version: u16, run: &str, payload: &[u8]) -> Vec<u8> {
+    let mut v = b"ATLA".to_vec();
+    v.extend_from_slice(&version.to_be_bytes());
+    v.push(run.len() as u8);
+    v.extend_from_slice(run.as_bytes());
+    v.extend_from_slice(payload);
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_gossip_is_rejected_counted_and_not_forwarded() -> anyhow::Result<()> {
+    let node = start(Opts::default()).await?;
+    let mut honest = start_from(&node).await?;
+    let target: Multiaddr = node.listen_addrs[0].clone();
+
+    let mut evil = hostile_swarm()?;
+    let topic = gossipsub::IdentTopic::new(topic_name("test-run"));
+    evil.behaviour_mut().subscribe(&topic)?;
+    evil.dial(target)?;
+    let node_id = node.client.peer_id();
+    drive_until(&mut evil, |ev| {
+        matches!(ev, SwarmEvent::Behaviour(gossipsub::Event::Subscribed { peer_id, .. }) if *peer_id == node_id)
+    })
+    .await?;
+
+    let bad: Vec<Vec<u8>> = vec![
+        b"not an envelope".to_vec(),
+        envelope(ANNOUNCE_VERSION, "other-run", b"x"),
+        envelope(ANNOUNCE_VERSION + 1, "test-run", b"x"),
+        envelope(ANNOUNCE_VERSION, "test-run", &[7u8; 20 * 1024]),
+    ];
+    for data in &bad {
+        // Each twice: counted twice, logged once. Signed messages carry a sequence number,
+        // so both copies are distinct messages.
+        for _ in 0..2 {
+            let _ = evil.behaviour_mut().publish(topic.clone(), data.clone());
+        }
+    }
+    // The hostile peer keeps running in its own task and publishes what it is sent.
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(16);
+    let evil_topic = topic.clone();
+    let evil_task = tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                Some(data) = rx.recv() => {
+                    let _ = evil.behaviour_mut().publish(evil_topic.clone(), data);
+                }
+                _ = evil.select_next_some() => {}
+            }
+        }
+    });
+    let stats_ok = |s: &atoll_net::NetStats| {
+        ["malformed", "wrong_run", "wrong_version", "oversized"]
+            .iter()
+            .all(|r| s.rejects.get(*r).copied().unwrap_or(0) >= 2)
+    };
+    wait_until("rejections counted", || async { Ok(stats_ok(&node.client.stats().await?)) })
+        .await?;
+    // Valid messages from the same peer still go through, and are forwarded to the honest
+    // peer (retried until the gossip mesh includes it).
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    let mut n = 0u32;
+    loop {
+        n += 1;
+        let msg = format!("still alive {n}");
+        tx.send(envelope(ANNOUNCE_VERSION, "test-run", msg.as_bytes())).await?;
+        let got = tokio::time::timeout(Duration::from_millis(200), honest.events.recv()).await;
+        if let Ok(Some(NetEvent::Announcement { payload, .. })) = got {
+            assert!(payload.starts_with(b"still alive"));
+            break;
+        }
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "valid message never forwarded");
+    }
+    // A frame above gossipsub's transmit limit is dropped by its codec (and with it the
+    // stream it came on); the node stays up and keeps serving the others.
+    tx.send(envelope(ANNOUNCE_VERSION, "test-run", &[8u8; 100 * 1024])).await?;
+    wait_until("the node still publishes to the honest peer", || async {
+        Ok(node.client.publish(b"after".to_vec()).await.is_ok())
+    })
+    .await?;
+    let payload = next_event(&mut honest, |ev| match ev {
+        NetEvent::Announcement { payload, .. } if &payload[..] == b"after" => Some(payload),
+        _ => None,
+    })
+    .await?;
+    assert_eq!(&payload[..], b"after");
+    let honest_stats = honest.client.stats().await?;
+    assert!(honest_stats.rejects.is_empty(), "bad messages were forwarded: {honest_stats:?}");
+    evil_task.abort();
+    stop_all(vec![node, honest]).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_on_the_listen_port_crashes_nobody() -> anyhow::Result<()> {
+    let node = start(Opts::default()).await?;
+    let port = node.listen_addrs[0]
+        .iter()
+        .find_map(|p| match p {
+            libp2p::multiaddr::Protocol::Tcp(port) => Some(port),
+            _ => None,
+        })
+        .ok_or_else(|| anyhow::anyhow!("no tcp port"))?;
+    for i in 0..5u64 {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+        let _ = s.write_all(&seeded_bytes(i, 64 * 1024)).await;
+        let _ = s.shutdown().await;
+    }
+    wait_until("handshake failures counted", || async {
+        Ok(node.client.stats().await?.rejects.get("handshake").copied().unwrap_or(0) >= 5)
+    })
+    .await?;
+    // Still a working peer.
+    let other = start_from(&node).await?;
+    let id = other.client.peer_id();
+    wait_until("a real peer still joins", || async {
+        Ok(node.client.run_peers().await?.contains(&id))
+    })
+    .await?;
+    stop_all(vec![node, other]).await
+}
