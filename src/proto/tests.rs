@@ -1,1 +1,166 @@
-//! Unit tests of the state machine driven by hand (the simulator tests the swarm).
+//! The state machine driven by hand: one round end to end, and hostile inputs.
+//! (The simulator drives swarms; these pin down single transitions.)
+
+use super::*;
+use crate::delta::ContentHash;
+use crate::fragment::{FragmentPlan, TensorSpec};
+use std::sync::Arc;
+
+fn plan() -> FragmentPlan {
+    let t = |n: &str, len: usize, emb: bool| TensorSpec {
+        name: n.into(),
+        shape: vec![len],
+        is_embedding: emb,
+    };
+    FragmentPlan::new(&[t("emb", 8, true), t("a", 6, false), t("b", 4, false)], 2).unwrap()
+}
+
+fn settings(lag: u64) -> Settings {
+    Settings::new(RawSettings {
+        h: 10,
+        fragments: 2,
+        step_ms: 100,
+        grace_cap_ms: 100,
+        merge_lag: lag,
+        ..RawSettings::default()
+    })
+    .unwrap()
+}
+
+fn peer(me: u64, lag: u64) -> Protocol {
+    let plan = plan();
+    let init = plan.fragments.iter().map(|f| vec![0.5; f.numel()]).collect();
+    Protocol::new(PeerId(me), settings(lag), &plan, init, me).unwrap()
+}
+
+fn timers(out: &[Output]) -> Vec<(Millis, Timer)> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::SetTimer { at, timer } => Some((*at, *timer)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn one_round_alone_publishes_merges_and_applies() {
+    let mut p = peer(1, 0);
+    let out = p.start(0);
+    // Round 1 of fragment 0 opens at T = 1000 ms, fragment 1 at T + T/2.
+    assert_eq!(timers(&out)[0], (1000, Timer::Open { fragment: 0, round: 1 }));
+    assert_eq!(timers(&out)[1], (1500, Timer::Open { fragment: 1, round: 1 }));
+    let out = p.handle(Event::Timer(Timer::Open { fragment: 0, round: 1 }), 1000);
+    assert!(out.iter().any(|o| matches!(o, Output::Snapshot { fragment: 0, round: 1 })));
+    let params = vec![0.25; 8];
+    let ev = Event::Snapshot { fragment: 0, round: 1, params, tokens: 100, steps: 10 };
+    let out = p.handle(ev, 1001);
+    let announce = out.iter().find_map(|o| match o {
+        Output::Broadcast(Message::Contribution(c)) => Some(c.clone()),
+        _ => None,
+    });
+    let announce = announce.expect("a contribution is announced");
+    assert!(p.serve(&announce.hash).is_some(), "own deltas are served");
+    // K = 1: the own delta is the quorum; the close timer is within the cap.
+    let (at, close) = timers(&out)[0];
+    assert!(matches!(close, Timer::Close { fragment: 0, round: 1 }) && at <= 1101);
+    let out = p.handle(Event::Timer(close), at);
+    let report = out.iter().find_map(|o| match o {
+        Output::Merged(r) => Some(r.clone()),
+        _ => None,
+    });
+    let report = report.expect("merged");
+    assert_eq!(report.merged, vec![announce.hash]);
+    assert_eq!(report.state_hash, p.state_hash(0));
+    let apply = out.iter().find_map(|o| match o {
+        Output::Apply(a) => Some(a.clone()),
+        _ => None,
+    });
+    // One delta of 0.25 (4-bit exact here), outer lr 0.7, μ 0.9: 0.5 − 0.7·(0.25 + 0.225).
+    let a = apply.expect("anchor applied");
+    assert!((a.anchor[0] - (0.5 - 0.7 * 0.475)).abs() < 1e-6, "{}", a.anchor[0]);
+    assert!(out.iter().any(|o| matches!(o, Output::Broadcast(Message::State(s)) if s.round == 1)));
+    // The state is served for reconciliation and decodes to itself.
+    let bytes = p.serve(&p.state_hash(0)).unwrap();
+    let back = FragmentState::from_bytes(&bytes, &plan().fragments[0]).unwrap();
+    assert_eq!(&back, p.state(0));
+}
+
+#[test]
+fn identical_inputs_give_identical_states_on_two_peers() {
+    // Two peers merge the same two deltas received in opposite orders: same bits.
+    let (mut a, mut b) = (peer(1, 0), peer(2, 0));
+    let mut announces = Vec::new();
+    for (p, v) in [(&mut a, 0.1f32), (&mut b, 0.3f32)] {
+        p.start(0);
+        p.handle(Event::Timer(Timer::Open { fragment: 0, round: 1 }), 1000);
+        let ev =
+            Event::Snapshot { fragment: 0, round: 1, params: vec![v; 8], tokens: 50, steps: 5 };
+        for o in p.handle(ev, 1000) {
+            if let Output::Broadcast(Message::Contribution(c)) = o {
+                announces.push(c);
+            }
+        }
+    }
+    let bytes: Vec<Arc<[u8]>> =
+        vec![a.serve(&announces[0].hash).unwrap(), b.serve(&announces[1].hash).unwrap()];
+    for (me, other, idx) in [(&mut a, PeerId(2), 1), (&mut b, PeerId(1), 0)] {
+        let msg = Message::Contribution(announces[idx].clone());
+        let out = me.handle(Event::Message { from: other, msg }, 1010);
+        assert!(out.iter().any(|o| matches!(o, Output::Fetch { .. })));
+        let ev =
+            Event::Fetched { from: other, hash: announces[idx].hash, bytes: bytes[idx].clone() };
+        me.handle(ev, 1020);
+        me.handle(Event::Timer(Timer::Close { fragment: 0, round: 1 }), 1100);
+    }
+    assert_eq!(a.state_hash(0), b.state_hash(0));
+    assert_eq!(a.state(0).log.back().map(|(_, ids)| ids.len()), Some(2));
+}
+
+#[test]
+fn hostile_inputs_are_refused_without_panicking() {
+    let mut p = peer(1, 1);
+    p.start(0);
+    let bad = Message::State(StateAnnounce {
+        fragment: 9,
+        round: 1,
+        hash: ContentHash::default(),
+        size: 1,
+    });
+    let out = p.handle(Event::Message { from: PeerId(7), msg: bad }, 10);
+    assert!(matches!(out.as_slice(), [Output::Misbehaved { peer: PeerId(7), .. }]));
+    // Unsolicited payloads are ignored.
+    let out = p.handle(
+        Event::Fetched {
+            from: PeerId(7),
+            hash: ContentHash::of(b"x"),
+            bytes: Arc::from(&b"x"[..]),
+        },
+        20,
+    );
+    assert!(out.is_empty());
+    // A payload that does not match its announced hash is refused.
+    let c = ContributionAnnounce {
+        fragment: 0,
+        round: 0,
+        hash: ContentHash::of(b"real"),
+        size: 100,
+        tokens: 1,
+        steps: 1,
+        origin: PeerId(7),
+        base: ContentHash::default(),
+        base_round: 0,
+    };
+    let out =
+        p.handle(Event::Message { from: PeerId(7), msg: Message::Contribution(c.clone()) }, 30);
+    assert!(out.iter().any(|o| matches!(o, Output::Fetch { .. })));
+    let out = p.handle(
+        Event::Fetched { from: PeerId(7), hash: c.hash, bytes: Arc::from(&b"fake"[..]) },
+        40,
+    );
+    assert!(out.iter().any(|o| matches!(o, Output::Misbehaved { .. })));
+    // Oversize announcements are refused before fetching.
+    let huge = ContributionAnnounce { hash: ContentHash::of(b"h"), size: u64::MAX, ..c };
+    let out = p.handle(Event::Message { from: PeerId(7), msg: Message::Contribution(huge) }, 50);
+    assert!(out.iter().all(|o| !matches!(o, Output::Fetch { .. })));
+    assert_eq!(p.pending(), 0);
+}
