@@ -1,0 +1,96 @@
+//! Simulator ablations (DESIGN.md §2.4, §2.5, issue 4): each row is one simulated run of
+//! the real protocol core on the noisy-quadratic stand-in; "loss" is the mean global loss
+//! of the peers' anchors at the end (lower is better), "B/peer/round" the payload bytes
+//! each peer received per fragment round.
+//!
+//! `cargo bench --bench sim -- [--peers N] [--cycles C] [--seeds S]`
+
+use atoll::delta::Codec;
+use atoll::proto::MergeRule;
+use atoll::sim::{Sim, SimConfig};
+use std::time::Instant;
+
+struct Row {
+    name: &'static str,
+    tweak: fn(&mut SimConfig),
+}
+
+fn heterogeneous(cfg: &mut SimConfig) {
+    // Half the swarm 4x slower (DESIGN.md §2.4: 4 fast + 4 slow).
+    cfg.slow_fraction = 0.5;
+    cfg.slow_factor = 4.0;
+    cfg.settings.quorum = 1;
+    cfg.net.latency_ms = (5, 80);
+    cfg.settings.grace_cap_ms = 400;
+    cfg.settings.merge_lag = 0;
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1));
+    let peers: usize = value("--peers").and_then(|s| s.parse().ok()).unwrap_or(16);
+    let cycles: u64 = value("--cycles").and_then(|s| s.parse().ok()).unwrap_or(40);
+    let seeds: u64 = value("--seeds").and_then(|s| s.parse().ok()).unwrap_or(5);
+    let rows = [
+        Row { name: "K=1 lag 0, heterogeneous, grace (γ=0.5)", tweak: |c| heterogeneous(c) },
+        Row {
+            name: "K=1 lag 0, heterogeneous, no grace (γ=0)",
+            tweak: |c| {
+                heterogeneous(c);
+                c.settings.gamma = 0.0;
+            },
+        },
+        Row {
+            name: "K=1 lag 1, heterogeneous, grace (γ=0.5)",
+            tweak: |c| {
+                heterogeneous(c);
+                c.settings.merge_lag = 1;
+            },
+        },
+        Row {
+            name: "K=1 lag 1, heterogeneous, no grace (γ=0)",
+            tweak: |c| {
+                heterogeneous(c);
+                c.settings.merge_lag = 1;
+                c.settings.gamma = 0.0;
+            },
+        },
+        Row { name: "4-bit deltas (default)", tweak: |_| {} },
+        Row { name: "8-bit deltas", tweak: |c| c.settings.encode.codec = Codec::Q8 },
+        Row { name: "f32 deltas", tweak: |c| c.settings.encode.codec = Codec::F32 },
+        Row { name: "RDA (default)", tweak: |_| {} },
+        Row { name: "plain weighted mean", tweak: |c| c.settings.merge = MergeRule::Mean },
+    ];
+    println!("{peers} peers, {cycles} cycles, mean over {seeds} seeds (seed = 1..={seeds})");
+    println!("| run | final loss | consensus distance | adoptions/peer | late share | B/peer/round | wall s |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for row in rows {
+        let (mut loss, mut dist, mut adopt, mut late, mut bytes, mut wall) =
+            (0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
+        for seed in 1..=seeds {
+            let mut cfg = SimConfig::new(peers, seed);
+            cfg.track_lineage = false;
+            (row.tweak)(&mut cfg);
+            let t = Instant::now();
+            let mut sim = Sim::new(cfg).unwrap_or_else(|e| panic!("{e}"));
+            sim.run_cycles(cycles);
+            wall += t.elapsed().as_secs_f64();
+            loss += sim.mean_anchor_loss();
+            dist += sim.consensus_distance();
+            adopt += sim.stats.adoptions as f64 / peers as f64;
+            late += sim.stats.late_merged as f64 / sim.stats.merged_contributions.max(1) as f64;
+            bytes += sim.payload_bytes_per_peer_round();
+        }
+        let n = seeds as f64;
+        println!(
+            "| {} | {:.4} | {:.1e} | {:.1} | {:.2} | {:.0} | {:.2} |",
+            row.name,
+            loss / n,
+            dist / n,
+            adopt / n,
+            late / n,
+            bytes / n,
+            wall / n
+        );
+    }
+}
