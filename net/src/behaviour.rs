@@ -70,6 +70,9 @@ fn kademlia(peer_id: PeerId) -> kad::Behaviour<kad::store::MemoryStore> {
     // Provider records are re-published by every peer on each discovery tick; a short TTL
     // lets records of dead peers disappear within minutes instead of two days.
     cfg.set_provider_record_ttl(Some(Duration::from_secs(600)));
+    // The swarm task bootstraps on its own schedule, once it knows a peer (kad's automatic
+    // bootstrap at start only logs "no known peers").
+    cfg.set_periodic_bootstrap_interval(None);
     let mut kad = kad::Behaviour::with_config(peer_id, kad::store::MemoryStore::new(peer_id), cfg);
     // Without a confirmed external address kad stays a client and answers no queries, which
     // splits small or local swarms. Every atoll peer serves the DHT.
