@@ -25,6 +25,7 @@
 //! Drive it with [`Protocol::handle`]`(event, now)` and carry out the [`Output`]s; serve
 //! payload requests with [`Protocol::serve`]. Time and randomness are inputs.
 
+mod catchup;
 mod core;
 mod fasthash;
 mod io;

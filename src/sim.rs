@@ -168,42 +168,15 @@ impl Sim {
         let problem = Problem::new(plan.numel(), cfg.seed);
         let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
         let init: Vec<f32> = (0..plan.numel()).map(|_| rng.random_range(-0.1f32..0.1)).collect();
-        let slow_from = cfg.peers - (cfg.peers as f64 * cfg.slow_fraction).round() as usize;
-        let mut slots = Vec::with_capacity(cfg.peers);
-        for i in 0..cfg.peers {
-            let (lo, hi) = cfg.speed_range;
-            let mut speed = if hi > lo { rng.random_range(lo..hi) } else { lo };
-            if i >= slow_from {
-                speed *= cfg.slow_factor;
-            }
-            let step_ms = cfg.settings.step_ms as f64 * speed;
-            let skew =
-                if cfg.clock_skew_ms > 0 { rng.random_range(0..=cfg.clock_skew_ms) } else { 0 };
-            let trainer = Trainer::new(
-                init.clone(),
-                cfg.heterogeneity,
-                step_ms,
-                cfg.inner_lr,
-                cfg.noise,
-                0,
-                rng.random(),
-            );
-            let initial = split(&plan, &offsets, &init);
-            let proto =
-                Protocol::new(PeerId(i as u64), settings.clone(), &plan, initial, rng.random())?;
-            let checkpoint = (0..plan.len()).map(|p| proto.state(p).clone()).collect();
-            slots.push(Slot {
-                proto: Some(proto),
-                trainer,
-                inc: 0,
-                skew,
-                snap_steps: vec![0; plan.len()],
-                checkpoint,
-            });
-        }
+        let setup =
+            Setup { cfg: &cfg, settings: &settings, plan: &plan, offsets: &offsets, init: &init };
+        let slots =
+            (0..cfg.peers).map(|i| setup.slot(i, &mut rng)).collect::<Result<Vec<_>, _>>()?;
         let lineages = cfg.track_lineage.then(|| {
-            let hashes: Vec<ContentHash> =
-                slots[0].checkpoint.iter().map(FragmentState::hash).collect();
+            let hashes: Vec<ContentHash> = slots
+                .first()
+                .map(|s| s.checkpoint.iter().map(FragmentState::hash).collect())
+                .unwrap_or_default();
             Lineages::new(cfg.peers, &hashes)
         });
         let mut sim = Self {
@@ -369,6 +342,39 @@ impl Sim {
             .filter_map(|s| s.proto.as_ref())
             .map(|p| (0..self.plan.len()).flat_map(|f| p.state(f).anchor.iter().copied()).collect())
             .collect()
+    }
+}
+
+/// What building a peer needs.
+struct Setup<'a> {
+    cfg: &'a SimConfig,
+    settings: &'a Settings,
+    plan: &'a FragmentPlan,
+    offsets: &'a [usize],
+    init: &'a [f32],
+}
+
+impl Setup<'_> {
+    /// Peer `i`: its speed (the last `slow_fraction` are slowed), clock skew, trainer and
+    /// protocol, all drawn from the run's rng in peer order.
+    fn slot(&self, i: usize, rng: &mut ChaCha8Rng) -> Result<Slot, SimError> {
+        let cfg = self.cfg;
+        let slow_from = cfg.peers - (cfg.peers as f64 * cfg.slow_fraction).round() as usize;
+        let (lo, hi) = cfg.speed_range;
+        let mut speed = if hi > lo { rng.random_range(lo..hi) } else { lo };
+        if i >= slow_from {
+            speed *= cfg.slow_factor;
+        }
+        let step_ms = cfg.settings.step_ms as f64 * speed;
+        let skew = if cfg.clock_skew_ms > 0 { rng.random_range(0..=cfg.clock_skew_ms) } else { 0 };
+        let (lr, noise, het) = (cfg.inner_lr, cfg.noise, cfg.heterogeneity);
+        let trainer = Trainer::new(self.init.to_vec(), het, step_ms, lr, noise, 0, rng.random());
+        let initial = split(self.plan, self.offsets, self.init);
+        let me = PeerId(i as u64);
+        let proto = Protocol::new(me, self.settings.clone(), self.plan, initial, rng.random())?;
+        let checkpoint = (0..self.plan.len()).map(|p| proto.state(p).clone()).collect();
+        let snap_steps = vec![0; self.plan.len()];
+        Ok(Slot { proto: Some(proto), trainer, inc: 0, skew, snap_steps, checkpoint })
     }
 }
 

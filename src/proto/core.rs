@@ -8,7 +8,7 @@ use super::state::FragmentState;
 use super::{ContributionAnnounce, Message, PeerId, Settings};
 use crate::delta::{self, ContentHash, DeltaMeta, Limits};
 use crate::fragment::FragmentPlan;
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::sync::Arc;
 
@@ -30,38 +30,38 @@ pub enum ProtoError {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(super) enum Kind {
     Delta { round: u64 },
     State,
 }
 
 #[derive(Debug, Clone)]
-struct InFlight {
-    fragment: usize,
-    kind: Kind,
-    sources: Vec<PeerId>,
-    attempts: u32,
-    announced_at: Millis,
+pub(super) struct InFlight {
+    pub(super) fragment: usize,
+    pub(super) kind: Kind,
+    pub(super) sources: Vec<PeerId>,
+    pub(super) attempts: u32,
+    pub(super) announced_at: Millis,
     /// When the current attempt times out.
-    deadline: Millis,
-    max_len: u64,
+    pub(super) deadline: Millis,
+    pub(super) max_len: u64,
 }
 
 /// One peer's protocol core. See the module docs of [`super`] for the flow.
 #[derive(Debug)]
 pub struct Protocol {
-    me: PeerId,
-    settings: Settings,
-    schedule: Schedule,
-    grace: Grace,
-    limits: Limits,
-    lanes: Vec<Lane>,
-    in_flight: FastMap<ContentHash, InFlight>,
-    rejected: FastSet<ContentHash>,
-    rng: ChaCha8Rng,
-    metrics: Metrics,
+    pub(super) me: PeerId,
+    pub(super) settings: Settings,
+    pub(super) schedule: Schedule,
+    pub(super) grace: Grace,
+    pub(super) limits: Limits,
+    pub(super) lanes: Vec<Lane>,
+    pub(super) in_flight: FastMap<ContentHash, InFlight>,
+    pub(super) rejected: FastSet<ContentHash>,
+    pub(super) rng: ChaCha8Rng,
+    pub(super) metrics: Metrics,
     /// When the armed fetch-sweep timer fires, if one is armed.
-    sweep_at: Option<Millis>,
+    pub(super) sweep_at: Option<Millis>,
 }
 
 impl Protocol {
@@ -339,34 +339,6 @@ impl Protocol {
         }
     }
 
-    /// Records a peer's state, and starts catching up at once if the swarm is ahead.
-    fn vote(
-        &mut self,
-        from: PeerId,
-        p: usize,
-        round: u64,
-        hash: ContentHash,
-        now: Millis,
-        out: &mut Vec<Output>,
-    ) {
-        // Only rounds that can exist by our clock count; a vote for a far future round
-        // would otherwise make us chase a state nobody can have merged.
-        if round > self.schedule.current_round(p, now) + 1 {
-            return;
-        }
-        self.lanes[p].votes.record(from, round, hash);
-        if self.behind(p) {
-            self.reconcile(p, now, out);
-        }
-    }
-
-    /// More than one round behind the most advanced state heard of (restarted, partitioned
-    /// or too slow): merging on our own state would only produce a lineage nobody shares.
-    fn behind(&self, p: usize) -> bool {
-        let lane = &self.lanes[p];
-        lane.state_fetch.is_none() && lane.votes.max_round() > lane.state.round + 1
-    }
-
     fn on_announce(
         &mut self,
         from: PeerId,
@@ -416,7 +388,7 @@ impl Protocol {
     }
 
     /// (Re)issues the fetch of `hash` from its next source, or gives up.
-    fn retry(&mut self, hash: ContentHash, now: Millis, out: &mut Vec<Output>) {
+    pub(super) fn retry(&mut self, hash: ContentHash, now: Millis, out: &mut Vec<Output>) {
         let Some(f) = self.in_flight.get_mut(&hash) else { return };
         if f.attempts >= self.settings.raw().fetch_attempts {
             let f = self.in_flight.remove(&hash);
@@ -486,7 +458,13 @@ impl Protocol {
         }
     }
 
-    fn reject(&mut self, from: PeerId, hash: ContentHash, reason: String, out: &mut Vec<Output>) {
+    pub(super) fn reject(
+        &mut self,
+        from: PeerId,
+        hash: ContentHash,
+        reason: String,
+        out: &mut Vec<Output>,
+    ) {
         self.metrics.rejected += 1;
         if self.rejected.len() >= MAX_REJECTED {
             self.rejected.clear();
@@ -533,72 +511,5 @@ impl Protocol {
         if lane.insert(hash, held, w) {
             self.check_quorum(p, now, out);
         }
-    }
-
-    /// Reconciliation (DESIGN.md §3.2): if the state most recently heard peers hold for
-    /// our round (or a later one, when we are behind) differs from ours, fetch it.
-    fn reconcile(&mut self, p: usize, now: Millis, out: &mut Vec<Output>) {
-        let max_round = self.schedule.current_round(p, now);
-        let lane = &self.lanes[p];
-        if lane.state_fetch.is_some() {
-            return;
-        }
-        let Some(latest) = lane.votes.latest_round(max_round) else { return };
-        let target = latest.max(lane.state.round);
-        let Some(leader) = lane.votes.leader(target) else { return };
-        if leader.hash == lane.state_hash {
-            return;
-        }
-        let mut sources: Vec<PeerId> =
-            leader.holders.into_iter().filter(|&h| h != self.me).collect();
-        if sources.is_empty() {
-            return;
-        }
-        // Start at a random holder so a thousand peers do not all ask the same one.
-        let start = self.rng.random_range(0..sources.len());
-        sources.rotate_left(start);
-        sources.truncate(8);
-        // The state's log grows with the swarm; the payload limit bounds it.
-        let max_len = self.limits.max_payload_bytes as u64;
-        self.lanes[p].state_fetch = Some(leader.hash);
-        let f = InFlight {
-            fragment: p,
-            kind: Kind::State,
-            sources,
-            attempts: 0,
-            announced_at: now,
-            deadline: now,
-            max_len,
-        };
-        self.in_flight.insert(leader.hash, f);
-        self.retry(leader.hash, now, out);
-    }
-
-    fn accept_state(
-        &mut self,
-        from: PeerId,
-        hash: ContentHash,
-        bytes: &[u8],
-        p: usize,
-        out: &mut Vec<Output>,
-    ) {
-        let lane = &mut self.lanes[p];
-        lane.state_fetch = None;
-        let state = match FragmentState::from_bytes(bytes, &lane.spec) {
-            Ok(s) => s,
-            Err(e) => return self.reject(from, hash, e.to_string(), out),
-        };
-        // A state older than ours is outdated by now; the next check will look again.
-        if state.round < lane.state.round || hash == lane.state_hash {
-            return;
-        }
-        out.extend(lane.adopt(
-            self.me,
-            state,
-            hash,
-            &self.settings,
-            &self.limits,
-            &mut self.metrics,
-        ));
     }
 }

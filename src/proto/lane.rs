@@ -238,6 +238,27 @@ impl Lane {
         self.votes.prune(round.saturating_sub(w.log_rounds()));
     }
 
+    /// Marks held deltas that `new` already merged as merged, and re-queues those this peer
+    /// had merged but `new` had not; returns the re-queued ones in hash order.
+    fn requeue(&mut self, new: &FragmentState, limits: &Limits) -> Vec<ContentHash> {
+        let mut resurrected = Vec::new();
+        for (h, held) in self.held.iter_mut() {
+            if new.has_merged(h.short()) {
+                held.merged_at = Some(new.round);
+                held.values = None;
+            } else if held.merged_at.is_some() {
+                // Re-decode: these bytes passed every check when they first arrived.
+                if let Ok(d) = delta::decode(&held.bytes, &self.spec, limits) {
+                    held.values = Some(d.values);
+                    held.merged_at = None;
+                    resurrected.push(*h);
+                }
+            }
+        }
+        resurrected.sort_unstable();
+        resurrected
+    }
+
     /// Replaces the state by `new` (the majority's). Contributions the new lineage already
     /// merged are marked merged; those this peer had merged but the new lineage had not are
     /// re-queued and re-announced, so they are merged once in the new lineage, not lost.
@@ -252,33 +273,18 @@ impl Lane {
     ) -> Vec<Output> {
         let previous_round = self.state.round;
         let new_round = new.round;
-        let mut out = Vec::new();
         let w = Window::of(settings);
-        let spec = &self.spec;
-        let mut resurrected = Vec::new();
-        for (h, held) in self.held.iter_mut() {
-            if new.has_merged(h.short()) {
-                held.merged_at = Some(new.round);
-                held.values = None;
-            } else if held.merged_at.is_some() {
-                // Re-decode: these bytes passed every check when they first arrived.
-                if let Ok(d) = delta::decode(&held.bytes, spec, limits) {
-                    held.values = Some(d.values);
-                    held.merged_at = None;
-                    resurrected.push(*h);
-                }
-            }
-        }
-        resurrected.sort_unstable();
+        let resurrected = self.requeue(&new, limits);
         m.adoptions += 1;
         m.resurrected += resurrected.len() as u64;
         // Only the origin re-announces: every peer of a minority re-announcing every
         // re-queued delta would flood the swarm, and the origin holds its own deltas.
+        let mut out = Vec::new();
         for h in resurrected {
             if let Some(held) = self.held.get(&h).filter(|held| held.origin == me) {
                 out.push(Output::Broadcast(super::Message::Contribution(
                     super::ContributionAnnounce {
-                        fragment: spec.id as u32,
+                        fragment: self.spec.id as u32,
                         round: held.round,
                         hash: h,
                         size: held.bytes.len() as u64,

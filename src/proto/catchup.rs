@@ -1,0 +1,107 @@
+//! Reconciliation and catch-up (DESIGN.md §3.2): votes, "am I behind?", fetching and
+//! adopting the majority's state.
+
+use super::core::{InFlight, Kind, Protocol};
+use super::io::Output;
+use super::schedule::Millis;
+use super::state::FragmentState;
+use super::PeerId;
+use crate::delta::ContentHash;
+use rand::Rng;
+
+impl Protocol {
+    /// Records a peer's state, and starts catching up at once if the swarm is ahead.
+    pub(super) fn vote(
+        &mut self,
+        from: PeerId,
+        p: usize,
+        round: u64,
+        hash: ContentHash,
+        now: Millis,
+        out: &mut Vec<Output>,
+    ) {
+        // Only rounds that can exist by our clock count; a vote for a far future round
+        // would otherwise make us chase a state nobody can have merged.
+        if round > self.schedule.current_round(p, now) + 1 {
+            return;
+        }
+        self.lanes[p].votes.record(from, round, hash);
+        if self.behind(p) {
+            self.reconcile(p, now, out);
+        }
+    }
+
+    /// More than one round behind the most advanced state heard of (restarted, partitioned
+    /// or too slow): merging on our own state would only produce a lineage nobody shares.
+    pub(super) fn behind(&self, p: usize) -> bool {
+        let lane = &self.lanes[p];
+        lane.state_fetch.is_none() && lane.votes.max_round() > lane.state.round + 1
+    }
+
+    /// Reconciliation (DESIGN.md §3.2): if the state most recently heard peers hold for
+    /// our round (or a later one, when we are behind) differs from ours, fetch it.
+    pub(super) fn reconcile(&mut self, p: usize, now: Millis, out: &mut Vec<Output>) {
+        let max_round = self.schedule.current_round(p, now);
+        let lane = &self.lanes[p];
+        if lane.state_fetch.is_some() {
+            return;
+        }
+        let Some(latest) = lane.votes.latest_round(max_round) else { return };
+        let target = latest.max(lane.state.round);
+        let Some(leader) = lane.votes.leader(target) else { return };
+        if leader.hash == lane.state_hash {
+            return;
+        }
+        let mut sources: Vec<PeerId> =
+            leader.holders.into_iter().filter(|&h| h != self.me).collect();
+        if sources.is_empty() {
+            return;
+        }
+        // Start at a random holder so a thousand peers do not all ask the same one.
+        let start = self.rng.random_range(0..sources.len());
+        sources.rotate_left(start);
+        sources.truncate(8);
+        // The state's log grows with the swarm; the payload limit bounds it.
+        let max_len = self.limits.max_payload_bytes as u64;
+        self.lanes[p].state_fetch = Some(leader.hash);
+        let f = InFlight {
+            fragment: p,
+            kind: Kind::State,
+            sources,
+            attempts: 0,
+            announced_at: now,
+            deadline: now,
+            max_len,
+        };
+        self.in_flight.insert(leader.hash, f);
+        self.retry(leader.hash, now, out);
+    }
+
+    pub(super) fn accept_state(
+        &mut self,
+        from: PeerId,
+        hash: ContentHash,
+        bytes: &[u8],
+        p: usize,
+        out: &mut Vec<Output>,
+    ) {
+        let lane = &mut self.lanes[p];
+        lane.state_fetch = None;
+        let state = match FragmentState::from_bytes(bytes, &lane.spec) {
+            Ok(s) => s,
+            Err(e) => return self.reject(from, hash, e.to_string(), out),
+        };
+        // A state older than ours is outdated by now; the next check will look again.
+        if state.round < lane.state.round || hash == lane.state_hash {
+            return;
+        }
+        out.extend(lane.adopt(
+            self.me,
+            state,
+            hash,
+            &self.settings,
+            &self.limits,
+            &mut self.metrics,
+        ));
+    }
+}
