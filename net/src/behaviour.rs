@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use libp2p::swarm::behaviour::toggle::Toggle;
 use libp2p::swarm::NetworkBehaviour;
-use libp2p::{gossipsub, identify, identity::Keypair, kad, mdns, ping, request_response};
+use libp2p::{
+    connection_limits, gossipsub, identify, identity::Keypair, kad, mdns, ping, request_response,
+};
 use libp2p::{PeerId, StreamProtocol};
 
 use crate::announce::GOSSIP_MAX_TRANSMIT;
@@ -21,9 +23,17 @@ pub const IDENTIFY_PROTOCOL_VERSION: &str = "/atoll/1.0.0";
 /// Concurrent blob streams per connection (bounds memory of in-flight chunks).
 pub const MAX_BLOB_STREAMS: usize = 64;
 
+/// Connections to one peer (two simultaneous dials plus one spare).
+pub const MAX_CONNECTIONS_PER_PEER: u32 = 3;
+/// Incoming connections still in their handshake.
+pub const MAX_PENDING_INCOMING: u32 = 64;
+/// Established connections in all.
+pub const MAX_CONNECTIONS: u32 = 512;
+
 /// All protocols of a node.
 #[derive(NetworkBehaviour)]
 pub struct Behaviour {
+    pub limits: connection_limits::Behaviour,
     pub kad: kad::Behaviour<kad::store::MemoryStore>,
     pub identify: identify::Behaviour,
     pub ping: ping::Behaviour,
@@ -36,6 +46,12 @@ impl Behaviour {
     pub fn new(key: &Keypair, cfg: &NetConfig, counters: Arc<Counters>) -> Result<Self, NetError> {
         let peer_id = key.public().to_peer_id();
         Ok(Behaviour {
+            limits: connection_limits::Behaviour::new(
+                connection_limits::ConnectionLimits::default()
+                    .with_max_established_per_peer(Some(MAX_CONNECTIONS_PER_PEER))
+                    .with_max_pending_incoming(Some(MAX_PENDING_INCOMING))
+                    .with_max_established(Some(MAX_CONNECTIONS)),
+            ),
             kad: kademlia(peer_id),
             identify: identify::Behaviour::new(
                 identify::Config::new(IDENTIFY_PROTOCOL_VERSION.into(), key.public())

@@ -258,7 +258,9 @@ impl EventLoop {
         self.peers.learn_run_peer(peer);
         if self.swarm.is_connected(&peer) {
             self.member_connected(peer);
-        } else if !self.peers.is_penalised(&peer, Instant::now()) {
+        } else if !self.peers.is_penalised(&peer, Instant::now())
+            && self.peers.may_dial(&peer, Instant::now())
+        {
             let opts =
                 DialOpts::peer_id(peer).condition(PeerCondition::DisconnectedAndNotDialing).build();
             if let Err(e) = self.swarm.dial(opts) {

@@ -17,6 +17,11 @@ pub const MAX_TRACKED_PEERS: usize = 1024;
 pub const MAX_PENALISED: usize = 4096;
 /// Most (peer, reason) pairs remembered for log-once.
 pub const MAX_LOGGED: usize = 4096;
+/// How long a run peer whose dial failed is not dialled again (its provider record may
+/// outlive it by minutes).
+pub const DIAL_BACKOFF: Duration = Duration::from_secs(15);
+/// Most peers remembered with a failed dial.
+pub const MAX_DIAL_BACKOFF: usize = 4096;
 /// How long a peer that served bad data is not asked for data.
 pub const PENALTY: Duration = Duration::from_secs(600);
 
@@ -35,6 +40,8 @@ pub struct PeerBook {
     pub bytes: HashMap<PeerId, ByteCount>,
     /// (who, reason) already logged; `who` is a peer id or a remote IP.
     logged: HashSet<(String, RejectReason)>,
+    /// Peers whose last dial failed, and when.
+    dial_failed: HashMap<PeerId, Instant>,
 }
 
 impl PeerBook {
@@ -51,6 +58,27 @@ impl PeerBook {
             }
         }
         self.known_run.insert(peer)
+    }
+
+    /// Notes a failed dial to `peer`.
+    pub fn dial_failed(&mut self, peer: PeerId, now: Instant) {
+        if self.dial_failed.len() >= MAX_DIAL_BACKOFF {
+            self.dial_failed.retain(|_, t| now.saturating_duration_since(*t) < DIAL_BACKOFF);
+            if self.dial_failed.len() >= MAX_DIAL_BACKOFF {
+                return;
+            }
+        }
+        self.dial_failed.insert(peer, now);
+    }
+
+    /// Notes a connection to `peer` (clears its dial backoff).
+    pub fn connected(&mut self, peer: &PeerId) {
+        self.dial_failed.remove(peer);
+    }
+
+    /// True unless a dial to `peer` failed within [`DIAL_BACKOFF`].
+    pub fn may_dial(&self, peer: &PeerId, now: Instant) -> bool {
+        self.dial_failed.get(peer).is_none_or(|t| now.saturating_duration_since(*t) >= DIAL_BACKOFF)
     }
 
     /// Counts a rejection and logs it the first time for this `who` and reason.
@@ -131,6 +159,20 @@ mod tests {
         }
         assert_eq!(book.rejects[&RejectReason::Malformed], 3);
         assert_eq!(book.logged.len(), 1);
+    }
+
+    #[test]
+    fn dial_backoff_expires_and_clears_on_connect() {
+        let mut book = PeerBook::default();
+        let p = PeerId::random();
+        let t0 = Instant::now();
+        assert!(book.may_dial(&p, t0));
+        book.dial_failed(p, t0);
+        assert!(!book.may_dial(&p, t0 + Duration::from_secs(1)));
+        assert!(book.may_dial(&p, t0 + DIAL_BACKOFF));
+        book.dial_failed(p, t0);
+        book.connected(&p);
+        assert!(book.may_dial(&p, t0));
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::time::Instant;
 use libp2p::kad::{self, GetProvidersOk, QueryResult};
 use libp2p::multiaddr::Protocol;
 use libp2p::request_response::{self, InboundFailure, Message};
-use libp2p::swarm::SwarmEvent;
+use libp2p::swarm::{DialError, SwarmEvent};
 use libp2p::{gossipsub, identify, mdns, Multiaddr, PeerId};
 use tracing::debug;
 
@@ -26,6 +26,7 @@ impl EventLoop {
             SwarmEvent::ConnectionEstablished { peer_id, num_established, .. }
                 if num_established.get() == 1 =>
             {
+                self.peers.connected(&peer_id);
                 self.member_connected(peer_id)
             }
             SwarmEvent::ConnectionClosed { peer_id, num_established: 0, .. } => {
@@ -40,6 +41,13 @@ impl EventLoop {
             }
             SwarmEvent::OutgoingConnectionError { peer_id, error, .. } => {
                 debug!(peer = ?peer_id, error = %error, "dial failed");
+                // Back off only from peers that were tried and did not answer; a peer whose
+                // address is not known yet may be learnt by the next provider lookup.
+                let tried =
+                    matches!(error, DialError::Transport(_) | DialError::WrongPeerId { .. });
+                if let Some(p) = peer_id.filter(|p| tried && !self.swarm.is_connected(p)) {
+                    self.peers.dial_failed(p, Instant::now());
+                }
             }
             _ => {}
         }

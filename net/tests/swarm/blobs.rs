@@ -21,6 +21,7 @@ async fn fetch_from_several_sources_verifies_and_stores() -> anyhow::Result<()> 
     b.client.put_blob(data.clone())?;
     c.client.put_blob(data.clone())?;
     let sources = [a.client.peer_id(), b.client.peer_id(), c.client.peer_id()];
+    wait_until("fetcher connected to the three sources", || sees_exactly(&d, &sources)).await?;
     let got = d.client.fetch_blob(hash, &sources).await?;
     assert_eq!(got, data);
     assert!(d.client.has_blob(&hash));
@@ -44,9 +45,12 @@ async fn lying_source_is_dropped_and_penalised() -> anyhow::Result<()> {
     let mut fetcher = start_from(&honest).await?;
     let data = Bytes::from(seeded_bytes(2, 4 * CHUNK_SIZE));
     let hash = honest.client.put_blob(data.clone())?;
-    // The liar has the right manifest but flips a byte in chunk 2.
+    // The liar has the right manifest but flips a byte in every chunk, so whichever chunk
+    // it is asked for is wrong.
     let mut wrong = data.to_vec();
-    wrong[2 * CHUNK_SIZE + 10] ^= 1;
+    for chunk in wrong.chunks_mut(CHUNK_SIZE) {
+        chunk[10] ^= 1;
+    }
     liar.client.insert_unverified_for_tests(
         hash,
         Bytes::from(wrong.clone()),
@@ -59,6 +63,8 @@ async fn lying_source_is_dropped_and_penalised() -> anyhow::Result<()> {
         Manifest::compute(&wrong),
     )?;
     let (idl, idm) = (liar.client.peer_id(), bad_manifest.client.peer_id());
+    let all = [idl, idm, honest.client.peer_id()];
+    wait_until("fetcher connected to all sources", || sees_exactly(&fetcher, &all)).await?;
     // Liars first, so they are asked first.
     let got = fetcher.client.fetch_blob(hash, &[idm, idl, honest.client.peer_id()]).await?;
     assert_eq!(got, data);
