@@ -18,14 +18,16 @@ fn thousand_peers_with_churn_agree() {
     cfg.net.upload_bytes_per_ms = 100_000.0;
     let started = Instant::now();
     let mut sim = Sim::new(cfg).unwrap();
+    // Nothing happens before round 1 opens at T.
     sim.run_cycles(1);
-    // Churn: 5% crash and 10% are cut off for a cycle; then the crashed restart from
+    // Churn: 5% crash and 10% are cut off for two rounds (round 1's deltas are published
+    // and round 2 merges them, differently on each side); then the crashed restart from
     // their checkpoints, the partition heals and loss stops.
     for i in (0..peers).step_by(20) {
         sim.crash(i);
     }
     sim.partition((0..peers).map(|i| u8::from(i % 10 == 3)).collect());
-    sim.run_cycles(1);
+    sim.run_cycles(2);
     assert!(sim.distinct_states(0) > 1, "seed {seed}: the partition should split the swarm");
     for i in (0..peers).step_by(20) {
         sim.restart(i).unwrap();
@@ -44,5 +46,5 @@ fn thousand_peers_with_churn_agree() {
     // Each peer fetches every other peer's delta once per round (~100 B each here) plus
     // the occasional state: far above that means duplicate fetches.
     assert!(per_round < 1.5 * 100.0 * peers as f64, "{per_round} B/peer/round");
-    assert!(elapsed.as_secs() < 45, "too slow: {elapsed:?}");
+    assert!(elapsed.as_secs() < 50, "too slow: {elapsed:?}");
 }

@@ -35,7 +35,8 @@ impl Protocol {
     /// or too slow): merging on our own state would only produce a lineage nobody shares.
     pub(super) fn behind(&self, p: usize) -> bool {
         let lane = &self.lanes[p];
-        lane.state_fetch.is_none() && lane.votes.max_round() > lane.state.round + 1
+        let done = lane.state.round.max(lane.closed_round);
+        lane.state_fetch.is_none() && lane.votes.max_round() > done + 1
     }
 
     /// Reconciliation (DESIGN.md §3.2): if the state most recently heard peers hold for

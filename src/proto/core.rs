@@ -216,6 +216,7 @@ impl Protocol {
                 if let Some(o) = lane.open.as_mut() {
                     if o.round == round && !o.closed && o.quorum_at.is_none() {
                         o.closed = true;
+                        lane.closed_round = lane.closed_round.max(round);
                         self.metrics.skipped_rounds += 1;
                         out.push(Output::Skipped { fragment, round });
                     }
@@ -238,6 +239,9 @@ impl Protocol {
         if self.behind(p) {
             self.reconcile(p, now, out);
         } else if self.lanes[p].state_fetch.is_none() {
+            if let Some(o) = self.lanes[p].open.as_mut() {
+                o.awaiting_snapshot = true;
+            }
             out.push(Output::Snapshot { fragment: p, round });
         }
         out.push(Output::SetTimer {
@@ -260,7 +264,7 @@ impl Protocol {
     fn check_quorum(&mut self, p: usize, now: Millis, out: &mut Vec<Output>) {
         let k = self.settings.raw().quorum;
         let Some(o) = self.lanes[p].open.as_mut() else { return };
-        if o.closed || o.quorum_at.is_some() || o.eligible < k {
+        if o.closed || o.quorum_at.is_some() || o.awaiting_snapshot || o.eligible < k {
             return;
         }
         o.quorum_at = Some(now);
@@ -284,8 +288,11 @@ impl Protocol {
         out: &mut Vec<Output>,
     ) {
         let Some(lane) = self.lanes.get_mut(p) else { return };
+        if let Some(o) = lane.open.as_mut().filter(|o| o.round == round) {
+            o.awaiting_snapshot = false;
+        }
         if steps == 0 || params.len() != lane.state.anchor.len() {
-            return;
+            return self.check_quorum(p, now, out);
         }
         if let Some(prev) = lane.last_snapshot_at {
             self.grace.t_step.update(now.saturating_sub(prev) as f64 / steps as f64);

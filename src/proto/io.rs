@@ -96,7 +96,10 @@ pub enum Output {
     /// Deliver [`Event::Timer`] with `timer` at time `at`.
     SetTimer { at: Millis, timer: Timer },
     /// Take a snapshot of the fragment's parameters and counters; answer with
-    /// [`Event::Snapshot`] (the trainer keeps training meanwhile).
+    /// [`Event::Snapshot`] (the trainer keeps training meanwhile). Always answer, with
+    /// `steps = 0` if nothing was trained, and before applying any later
+    /// [`Output::Apply`] of the fragment: the round does not close until the answer came
+    /// (or `max_wait_ms` passed).
     Snapshot { fragment: usize, round: u64 },
     /// A new anchor for the trainer.
     Apply(ApplyAnchor),

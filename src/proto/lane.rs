@@ -36,6 +36,10 @@ pub(crate) struct OpenRound {
     /// Pending contributions eligible for this round (kept incrementally: O(1) per arrival).
     pub eligible: usize,
     pub closed: bool,
+    /// The trainer's snapshot for this round has been asked for and not yet given. The
+    /// round cannot close before it arrives: a merge applied first would replace the
+    /// parameters the snapshot is meant to measure, and the round's progress would be lost.
+    pub awaiting_snapshot: bool,
 }
 
 #[derive(Debug)]
@@ -53,6 +57,9 @@ pub(crate) struct Lane {
     /// State payload being fetched (at most one at a time per fragment).
     pub state_fetch: Option<ContentHash>,
     pub last_snapshot_at: Option<Millis>,
+    /// The latest round this peer closed (merged, skipped, or covered by an adopted state).
+    /// A skipped round does not advance the state's round, so "am I behind?" looks here.
+    pub closed_round: u64,
 }
 
 /// Which contributions a round merges: those made for rounds `round − lag − lateness ..=
@@ -107,6 +114,7 @@ impl Lane {
             open: None,
             state_fetch: None,
             last_snapshot_at: None,
+            closed_round: 0,
         }
     }
 
@@ -142,6 +150,7 @@ impl Lane {
             grace_ms: 0,
             eligible,
             closed: false,
+            awaiting_snapshot: false,
         });
     }
 
@@ -157,6 +166,7 @@ impl Lane {
         let w = Window::of(settings);
         let Some(open) = self.open.as_mut() else { return Vec::new() };
         open.closed = true;
+        self.closed_round = self.closed_round.max(open.round);
         let (round, opened_at, quorum_at, grace_ms) =
             (open.round, open.opened_at, open.quorum_at, open.grace_ms);
         let mut inputs: Vec<Input<'_>> = self
@@ -168,6 +178,12 @@ impl Lane {
                 Some(Input { hash: *hash, tokens: h.tokens, steps: h.steps, values })
             })
             .collect();
+        // The incremental count can overstate what is mergeable (a counted delta may have
+        // been found merged by an adopted state since); the set itself decides.
+        if inputs.len() < r.quorum {
+            m.skipped_rounds += 1;
+            return vec![Output::Skipped { fragment: self.spec.id, round }];
+        }
         merge::canonical_order(&mut inputs);
         let delta = merge::combine(&self.spec, &inputs, r.merge);
         let merged: Vec<ContentHash> = inputs.iter().map(|i| i.hash).collect();
@@ -300,7 +316,10 @@ impl Lane {
         self.state = new;
         self.state_hash = hash;
         self.votes.record(me, self.state.round, hash);
+        self.closed_round = self.closed_round.max(new_round);
         if let Some(o) = self.open.as_mut() {
+            // The adopted state already contains this round's merge: do not merge it again.
+            o.closed |= o.round <= new_round;
             let round = o.round;
             o.eligible = self
                 .held

@@ -35,6 +35,9 @@ pub fn canonical_order(inputs: &mut [Input<'_>]) {
 /// All-zero weights fall back to equal weights so a round of token-less deltas still moves.
 pub fn combine(spec: &FragmentSpec, inputs: &[Input<'_>], rule: MergeRule) -> Vec<f32> {
     let numel = spec.numel();
+    if inputs.is_empty() {
+        return vec![0.0; numel];
+    }
     let mut w: Vec<f64> = inputs.iter().map(|i| weight(i.tokens, i.steps)).collect();
     if w.iter().sum::<f64>() <= 0.0 {
         w.iter_mut().for_each(|x| *x = 1.0);

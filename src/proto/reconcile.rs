@@ -38,14 +38,21 @@ impl Votes {
 
     /// Records `peer`'s announcement unless it is older than what we have from it.
     pub fn record(&mut self, peer: PeerId, round: u64, hash: ContentHash) {
-        if let Some(prev) = self.latest.get(&peer) {
-            if prev.0 > round {
-                return;
+        let full = self.latest.len() >= self.capacity;
+        match self.latest.entry(peer) {
+            std::collections::hash_map::Entry::Occupied(mut e) => {
+                if e.get().0 > round {
+                    return;
+                }
+                e.insert((round, hash));
             }
-        } else if self.latest.len() >= self.capacity {
-            return;
+            std::collections::hash_map::Entry::Vacant(e) => {
+                if full {
+                    return;
+                }
+                e.insert((round, hash));
+            }
         }
-        self.latest.insert(peer, (round, hash));
         self.max_round = self.max_round.max(round);
     }
 

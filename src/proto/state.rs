@@ -12,6 +12,7 @@
 //! u64 round, u32 count, u64 short-id×count (sorted). The state hash is blake3 of exactly
 //! these bytes, so equal hashes mean equal anchors, momenta and logs.
 
+use super::fasthash::FastSet;
 use crate::delta::ContentHash;
 use crate::fragment::FragmentSpec;
 use std::collections::VecDeque;
@@ -34,6 +35,9 @@ pub struct FragmentState {
     pub momentum: Vec<f32>,
     /// `(round, sorted short ids merged in it)` for recent rounds, oldest first.
     pub log: VecDeque<(u64, Vec<u64>)>,
+    /// Every id in `log`, for O(1) lookups: "already merged?" is asked for every
+    /// announcement and every payload, a million times a round in large simulations.
+    index: FastSet<u64>,
 }
 
 /// Why a state payload was refused.
@@ -62,21 +66,33 @@ impl FragmentState {
     /// The initial state: the run's initial anchor, zero momentum, round 0.
     pub fn initial(fragment: u32, anchor: Vec<f32>) -> Self {
         let momentum = vec![0.0; anchor.len()];
-        Self { fragment, round: 0, anchor, momentum, log: VecDeque::new() }
+        Self {
+            fragment,
+            round: 0,
+            anchor,
+            momentum,
+            log: VecDeque::new(),
+            index: FastSet::default(),
+        }
     }
 
     /// Whether a contribution with this short id is in the log.
     pub fn has_merged(&self, short: u64) -> bool {
-        self.log.iter().any(|(_, ids)| ids.binary_search(&short).is_ok())
+        self.index.contains(&short)
     }
 
     /// Appends a round's ids and forgets rounds older than `keep` rounds before `round`.
     pub fn record(&mut self, round: u64, mut ids: Vec<u64>, keep: u64) {
         ids.sort_unstable();
         ids.dedup();
+        self.index.extend(ids.iter().copied());
         self.log.push_back((round, ids));
         while self.log.front().is_some_and(|(r, _)| r + keep < round) {
-            self.log.pop_front();
+            if let Some((_, old)) = self.log.pop_front() {
+                old.iter().for_each(|id| {
+                    self.index.remove(id);
+                });
+            }
         }
     }
 
@@ -167,7 +183,9 @@ impl FragmentState {
         if r.pos != bytes.len() {
             return Err(StateError::Trailing);
         }
-        Ok(Self { fragment, round, anchor: anchor.to_vec(), momentum: momentum.to_vec(), log })
+        let index = log.iter().flat_map(|(_, ids)| ids.iter().copied()).collect();
+        let (anchor, momentum) = (anchor.to_vec(), momentum.to_vec());
+        Ok(Self { fragment, round, anchor, momentum, log, index })
     }
 }
 
