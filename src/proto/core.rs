@@ -247,7 +247,10 @@ impl Protocol {
         // The round waits for our own snapshot, which comes at the end of the trainer's
         // current step: a slow peer gets one of its own steps on top of `max_wait_ms`.
         let wait = self.settings.max_wait_ms() + self.grace.t_step.get().ceil() as Millis;
-        out.push(Output::SetTimer { at: opened + wait, timer: Timer::Deadline { fragment: p, round } });
+        out.push(Output::SetTimer {
+            at: opened + wait,
+            timer: Timer::Deadline { fragment: p, round },
+        });
         out.push(Output::SetTimer {
             at: self.schedule.open_time(p, round) + self.settings.reconcile_offset_ms(),
             timer: Timer::Reconcile { fragment: p, round },
