@@ -4,7 +4,7 @@
 //! (per-peer bytes, rejects) belongs to the swarm task alone and needs no lock.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
@@ -47,6 +47,11 @@ pub struct Counters {
     pub blob: ByteCounter,
     /// Announcement payloads published and received (gossipsub framing excluded).
     pub announce: ByteCounter,
+    /// Inbound blob requests that failed to decode. Counted in the codec, which does not
+    /// know the peer (request-response does not report read failures upward).
+    pub blob_malformed: AtomicU64,
+    /// Whether a malformed blob request was logged yet (logged once per node).
+    pub blob_malformed_logged: AtomicBool,
 }
 
 /// Why a message, connection or transfer was refused. Counted and logged once per peer.

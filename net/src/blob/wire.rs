@@ -13,6 +13,7 @@
 //! ```
 
 use std::io;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -183,9 +184,22 @@ impl libp2p::request_response::Codec for BlobCodec {
     where
         T: AsyncRead + Unpin + Send,
     {
-        let req = read_request(io).await?;
-        self.counters.blob.add_in(37);
-        Ok(req)
+        match read_request(io).await {
+            Ok(req) => {
+                self.counters.blob.add_in(37);
+                Ok(req)
+            }
+            Err(e) => {
+                self.counters.blob_malformed.fetch_add(1, Ordering::Relaxed);
+                if !self.counters.blob_malformed_logged.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        error = %e,
+                        "malformed blob request rejected (logged once; see rejects.blob_malformed)"
+                    );
+                }
+                Err(e)
+            }
+        }
     }
 
     async fn read_response<T>(&mut self, _: &StreamProtocol, io: &mut T) -> io::Result<BlobResponse>

@@ -25,7 +25,7 @@ use crate::blob::store::BlobStore;
 use crate::blob::wire::BlobResponse;
 use crate::client::{Command, NetEvent};
 use crate::config::{run_key, NetConfig};
-use crate::counters::{Counters, NetStats};
+use crate::counters::{Counters, NetStats, RejectReason};
 use crate::error::NetError;
 use crate::limiter::UploadLimiter;
 
@@ -320,13 +320,23 @@ impl EventLoop {
             bytes_received: transport.received,
             protocols,
             peers: self.peers.bytes.iter().map(|(p, b)| (p.to_string(), *b)).collect(),
-            rejects: self.peers.rejects.iter().map(|(r, n)| (r.as_str().to_string(), *n)).collect(),
+            rejects: self.rejects(),
             events_dropped: self.events_dropped,
             blobs_stored,
             store_bytes,
             penalised: self.peers.penalised_count(Instant::now()),
             uptime_secs: self.started.elapsed().as_secs(),
         }
+    }
+
+    fn rejects(&self) -> std::collections::BTreeMap<String, u64> {
+        let mut out: std::collections::BTreeMap<String, u64> =
+            self.peers.rejects.iter().map(|(r, n)| (r.as_str().to_string(), *n)).collect();
+        let garbage = self.counters.blob_malformed.load(std::sync::atomic::Ordering::Relaxed);
+        if garbage > 0 {
+            *out.entry(RejectReason::BlobMalformed.as_str().to_string()).or_default() += garbage;
+        }
+        out
     }
 
     pub(super) fn payload(data: &[u8]) -> Bytes {

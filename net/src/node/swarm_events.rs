@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use libp2p::kad::{self, GetProvidersOk, QueryResult};
 use libp2p::multiaddr::Protocol;
-use libp2p::request_response::{self, InboundFailure, Message};
+use libp2p::request_response::{self, Message};
 use libp2p::swarm::{DialError, SwarmEvent};
 use libp2p::{gossipsub, identify, mdns, Multiaddr, PeerId};
 use tracing::debug;
@@ -81,11 +81,11 @@ impl EventLoop {
         if !info.protocols.contains(&KAD_PROTOCOL) {
             return;
         }
-        let local_loopback = self.swarm.listeners().any(super::addr_is_loopback);
+        // The peer saw us at a loopback address: we share a host, and its loopback
+        // addresses reach it. Otherwise they would reach some other process of ours.
+        let same_host = super::addr_is_loopback(&info.observed_addr);
         for addr in info.listen_addrs {
-            // Loopback addresses of a remote peer are only reachable if we are on the same
-            // host (tests, several peers on one machine).
-            if super::addr_is_loopback(&addr) && !local_loopback {
+            if super::addr_is_loopback(&addr) && !same_host {
                 continue;
             }
             self.swarm.behaviour_mut().kad.add_address(&peer, addr);
@@ -200,12 +200,11 @@ impl EventLoop {
                     }));
                 }
             }
-            request_response::Event::InboundFailure { peer, error, .. } => match error {
-                InboundFailure::Io(e) => {
-                    self.peers.reject(peer.to_string(), RejectReason::BlobMalformed, &e.to_string())
-                }
-                other => debug!(peer = %peer, error = %other, "inbound blob request failed"),
-            },
+            // Read failures are counted in the codec; what is left here is a requester
+            // that went away or timed out before our answer.
+            request_response::Event::InboundFailure { peer, error, .. } => {
+                debug!(peer = %peer, error = %error, "inbound blob request failed")
+            }
             request_response::Event::ResponseSent { .. } => {}
         }
     }

@@ -166,3 +166,107 @@ async fn garbage_on_the_listen_port_crashes_nobody() -> anyhow::Result<()> {
     .await?;
     stop_all(vec![node, other]).await
 }
+
+/// A request-response codec that sends raw bytes: garbage on the blob protocol.
+#[derive(Clone, Default)]
+struct RawCodec;
+
+#[async_trait::async_trait]
+impl libp2p::request_response::Codec for RawCodec {
+    type Protocol = libp2p::StreamProtocol;
+    type Request = Vec<u8>;
+    type Response = Vec<u8>;
+
+    async fn read_request<T>(&mut self, _: &Self::Protocol, io: &mut T) -> std::io::Result<Vec<u8>>
+    where
+        T: futures::AsyncRead + Unpin + Send,
+    {
+        read_bounded(io).await
+    }
+
+    async fn read_response<T>(&mut self, _: &Self::Protocol, io: &mut T) -> std::io::Result<Vec<u8>>
+    where
+        T: futures::AsyncRead + Unpin + Send,
+    {
+        read_bounded(io).await
+    }
+
+    async fn write_request<T>(
+        &mut self,
+        _: &Self::Protocol,
+        io: &mut T,
+        req: Vec<u8>,
+    ) -> std::io::Result<()>
+    where
+        T: futures::AsyncWrite + Unpin + Send,
+    {
+        use futures::AsyncWriteExt;
+        io.write_all(&req).await?;
+        io.close().await
+    }
+
+    async fn write_response<T>(
+        &mut self,
+        _: &Self::Protocol,
+        io: &mut T,
+        res: Vec<u8>,
+    ) -> std::io::Result<()>
+    where
+        T: futures::AsyncWrite + Unpin + Send,
+    {
+        use futures::AsyncWriteExt;
+        io.write_all(&res).await?;
+        io.close().await
+    }
+}
+
+async fn read_bounded<T: futures::AsyncRead + Unpin>(io: &mut T) -> std::io::Result<Vec<u8>> {
+    use futures::AsyncReadExt;
+    let mut buf = Vec::new();
+    io.take(1 << 20).read_to_end(&mut buf).await?;
+    Ok(buf)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_on_the_blob_protocol_is_counted_and_harmless() -> anyhow::Result<()> {
+    use libp2p::request_response::{self, ProtocolSupport};
+    let node = start(Opts::default()).await?;
+    let data = bytes::Bytes::from(seeded_bytes(9, 3 * atoll_net::CHUNK_SIZE));
+    let hash = node.client.put_blob(data.clone())?;
+
+    let mut evil = SwarmBuilder::with_new_identity()
+        .with_tokio()
+        .with_tcp(tcp::Config::default(), noise::Config::new, yamux::Config::default)?
+        .with_behaviour(|_| {
+            request_response::Behaviour::<RawCodec>::new(
+                [(atoll_net::blob::wire::BLOB_PROTOCOL, ProtocolSupport::Outbound)],
+                request_response::Config::default(),
+            )
+        })?
+        .build();
+    let (peer, addr) = atoll_net::node::split_p2p(&node.listen_addrs[0])
+        .ok_or_else(|| anyhow::anyhow!("listen address without peer id"))?;
+    evil.behaviour_mut().add_address(&peer, addr);
+    // Unknown tag, truncated chunk request, and a hash cut short.
+    let garbage = [vec![0xff; 64], vec![1, 2, 3], vec![0; 10]];
+    for g in &garbage {
+        evil.behaviour_mut().send_request(&peer, g.clone());
+    }
+    let evil_task = tokio::spawn(async move {
+        loop {
+            evil.select_next_some().await;
+        }
+    });
+    wait_until("garbage requests counted", || async {
+        let s = node.client.stats().await?;
+        Ok(s.rejects.get("blob_malformed").copied().unwrap_or(0) >= garbage.len() as u64)
+    })
+    .await?;
+    evil_task.abort();
+    // The node still serves a real fetcher.
+    let fetcher = start_from(&node).await?;
+    let id = [node.client.peer_id()];
+    wait_until("fetcher connected", || crate::support::sees_exactly(&fetcher, &id)).await?;
+    assert_eq!(fetcher.client.fetch_blob(hash, &id).await?, data);
+    stop_all(vec![node, fetcher]).await
+}
