@@ -24,6 +24,45 @@
 //!
 //! Drive it with [`Protocol::handle`]`(event, now)` and carry out the [`Output`]s; serve
 //! payload requests with [`Protocol::serve`]. Time and randomness are inputs.
+//!
+//! ```
+//! use atoll::fragment::{FragmentPlan, TensorSpec};
+//! use atoll::proto::{Event, Output, PeerId, Protocol, RawSettings, Settings};
+//!
+//! let tensors = vec![
+//!     TensorSpec { name: "emb".into(), shape: vec![16, 4], is_embedding: true },
+//!     TensorSpec { name: "w".into(), shape: vec![4, 4], is_embedding: false },
+//! ];
+//! let plan = FragmentPlan::new(&tensors, 2).unwrap();
+//! let settings = Settings::new(RawSettings { fragments: 2, ..RawSettings::default() }).unwrap();
+//! // Every peer starts from the same initial parameters (the run's seed).
+//! let init: Vec<Vec<f32>> = plan.fragments.iter().map(|f| vec![0.0; f.numel()]).collect();
+//! let mut proto = Protocol::new(PeerId(7), settings, &plan, init, 42).unwrap();
+//! let mut queue = proto.start(0); // ms on the run's timeline
+//! let mut timers = Vec::new();
+//! while let Some(out) = queue.pop() {
+//!     match out {
+//!         Output::SetTimer { at, timer } => timers.push((at, timer)),
+//!         Output::Snapshot { fragment, round } => {
+//!             // Between two inner steps: the trainer's fragment and its counters.
+//!             let params = vec![0.01; plan.fragments[fragment].numel()];
+//!             let ev = Event::Snapshot { fragment, round, params, tokens: 4096, steps: 8 };
+//!             queue.extend(proto.handle(ev, 5_000));
+//!         }
+//!         Output::Broadcast(msg) => { let _bytes = atoll::proto::encode_message(&msg); }
+//!         Output::Fetch { .. } | Output::Apply(_) | Output::Merged(_) => {}
+//!         _ => {}
+//!     }
+//!     // A real node sleeps until the earliest timer, then feeds it back:
+//!     if queue.is_empty() && !timers.is_empty() {
+//!         timers.sort();
+//!         let (at, timer) = timers.remove(0);
+//!         if at > 6_000 { break; }
+//!         queue.extend(proto.handle(Event::Timer(timer), at));
+//!     }
+//! }
+//! assert_eq!(proto.metrics().published, 1); // fragment 0's delta of round 1
+//! ```
 
 mod catchup;
 mod core;

@@ -232,7 +232,7 @@ impl Protocol {
         if lane.open.as_ref().is_some_and(|o| o.round >= round) {
             return;
         }
-        lane.open_round(round, now, Window::of(&self.settings));
+        lane.open_round(round, now, Window::of(&self.settings), &mut self.metrics);
         let opened = self.schedule.open_time(p, round).max(now);
         // A peer that is behind does not publish a delta against its stale anchor; its
         // tokens keep counting into the next snapshot, after it has caught up.

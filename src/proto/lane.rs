@@ -137,7 +137,10 @@ impl Lane {
     }
 
     /// Opens `round`: counts what is already pending for it.
-    pub fn open_round(&mut self, round: u64, now: Millis, w: Window) {
+    pub fn open_round(&mut self, round: u64, now: Millis, w: Window, m: &mut Metrics) {
+        // Pruning here too (not only after merges) bounds memory when rounds keep being
+        // skipped, e.g. with a quorum that never comes.
+        self.prune(round, w, m);
         let eligible = self
             .held
             .values()
