@@ -246,7 +246,7 @@ async fn garbage_on_the_blob_protocol_is_counted_and_harmless() -> anyhow::Resul
         .build();
     let (peer, addr) = atoll_net::node::split_p2p(&node.listen_addrs[0])
         .ok_or_else(|| anyhow::anyhow!("listen address without peer id"))?;
-    evil.behaviour_mut().add_address(&peer, addr);
+    evil.add_peer_address(peer, addr);
     // Unknown tag, truncated chunk request, and a hash cut short.
     let garbage = [vec![0xff; 64], vec![1, 2, 3], vec![0; 10]];
     for g in &garbage {
