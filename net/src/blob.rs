@@ -100,17 +100,23 @@ impl Manifest {
         self.chunk_cvs.len()
     }
 
-    /// True when the manifest is well-formed and its tree root equals `hash`.
-    pub fn verify(&self, hash: &BlobHash) -> bool {
+    /// The blob hash this manifest names (its tree root), or `None` if it is malformed.
+    /// Equal to `blake3::hash` of the blob, computed from the chaining values alone.
+    pub fn root(&self) -> Option<BlobHash> {
         if self.size > MAX_BLOB_SIZE || self.chunk_cvs.len() != chunk_count(self.size) {
-            return false;
+            return None;
         }
         if self.chunk_cvs.len() == 1 {
-            return self.chunk_cvs[0] == hash.0;
+            return Some(BlobHash(self.chunk_cvs[0]));
         }
         let (left, right) = self.chunk_cvs.split_at(left_len(self.chunk_cvs.len()));
         let root = merge_subtrees_root(&subtree_cv(left), &subtree_cv(right), Mode::Hash);
-        root.as_bytes() == &hash.0
+        Some(BlobHash(*root.as_bytes()))
+    }
+
+    /// True when the manifest is well-formed and its tree root equals `hash`.
+    pub fn verify(&self, hash: &BlobHash) -> bool {
+        self.root() == Some(*hash)
     }
 
     /// True when `bytes` are exactly chunk `index` of the blob this (verified) manifest names.
@@ -177,6 +183,7 @@ mod tests {
             let h = BlobHash::of(&d);
             assert_eq!(m.chunk_count(), chunk_count(len as u64), "len {len}");
             assert!(m.verify(&h), "manifest does not verify for len {len}");
+            assert_eq!(m.root(), Some(h));
             for i in 0..m.chunk_count() {
                 assert!(m.verify_chunk(i, &d[range_usize(len as u64, i)]), "len {len} chunk {i}");
             }

@@ -127,11 +127,12 @@ impl NetClient {
         self.commands.send(Command::Report { peer, reason }).await.map_err(|_| NetError::Shutdown)
     }
 
-    /// Stores a blob locally (hashing it on the caller's thread) so peers can fetch it.
+    /// Stores a blob locally (hashing it once, on the caller's thread) so peers can fetch
+    /// it. Returns its hash, `blake3(data)`.
     pub fn put_blob(&self, data: Bytes) -> Result<BlobHash, NetError> {
-        let hash = BlobHash::of(&data);
-        let manifest = Arc::new(Manifest::compute(&data));
-        self.lock_store().insert(hash, data, manifest)?;
+        let manifest = Manifest::compute(&data);
+        let hash = manifest.root().unwrap_or_else(|| BlobHash::of(&data));
+        self.lock_store().insert(hash, data, Arc::new(manifest))?;
         Ok(hash)
     }
 

@@ -83,8 +83,6 @@ pub enum FetchError {
     NoManifest(BlobHash),
     #[error("all sources failed for blob {hash}: {done} of {total} chunks fetched")]
     SourcesExhausted { hash: BlobHash, done: usize, total: usize },
-    #[error("assembled blob does not hash to {0}")]
-    HashMismatch(BlobHash),
     #[error("the node has shut down")]
     Shutdown,
 }
