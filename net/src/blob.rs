@@ -210,6 +210,24 @@ mod tests {
         assert!(!m.verify_chunk(1, &d[range_usize(d.len() as u64, 0)]));
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(12))]
+        /// Split into chunks, verify each, reassemble: the same bytes and the blake3 root.
+        #[test]
+        fn split_verify_reassemble(len in 0usize..(3 * CHUNK_SIZE + CHUNK_SIZE / 2)) {
+            let d = data(len);
+            let m = Manifest::compute(&d);
+            proptest::prop_assert_eq!(m.root(), Some(BlobHash::of(&d)));
+            let mut out = Vec::with_capacity(len);
+            for i in 0..m.chunk_count() {
+                let chunk = &d[range_usize(len as u64, i)];
+                proptest::prop_assert!(m.verify_chunk(i, chunk));
+                out.extend_from_slice(chunk);
+            }
+            proptest::prop_assert_eq!(out, d);
+        }
+    }
+
     #[test]
     fn hex_round_trip() {
         let h = BlobHash::of(b"atoll");

@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::blob::fetch;
 use crate::blob::store::BlobStore;
 use crate::blob::wire::{BlobRequest, BlobResponse};
-use crate::blob::{BlobHash, Manifest};
+use crate::blob::{BlobHash, Manifest, MAX_BLOB_SIZE};
 use crate::counters::{NetStats, RejectReason};
 use crate::error::NetError;
 
@@ -150,6 +150,18 @@ impl NetClient {
     /// the connected run peers, several at once, each chunk verified. The blob is stored
     /// locally afterwards, so this node serves it too.
     pub async fn fetch_blob(&self, hash: BlobHash, sources: &[PeerId]) -> Result<Bytes, NetError> {
+        self.fetch_blob_limited(hash, sources, MAX_BLOB_SIZE).await
+    }
+
+    /// Like [`NetClient::fetch_blob`], but refuses a blob larger than `max_size` bytes
+    /// (checked on the verified manifest, before the blob's memory is allocated). Use it
+    /// when an announcement told the expected size.
+    pub async fn fetch_blob_limited(
+        &self,
+        hash: BlobHash,
+        sources: &[PeerId],
+        max_size: u64,
+    ) -> Result<Bytes, NetError> {
         if let Some(data) = self.get_blob(&hash) {
             return Ok(data);
         }
@@ -159,7 +171,7 @@ impl NetClient {
                 all.push(p);
             }
         }
-        let (data, manifest) = fetch::fetch(self, hash, all).await?;
+        let (data, manifest) = fetch::fetch(self, hash, all, max_size).await?;
         self.lock_store().insert(hash, data.clone(), Arc::new(manifest))?;
         Ok(data)
     }

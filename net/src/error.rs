@@ -79,6 +79,8 @@ pub enum StoreError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum FetchError {
+    #[error("blob {hash} has {size} bytes, more than the {limit} bytes asked for")]
+    TooLarge { hash: BlobHash, size: u64, limit: u64 },
     #[error("no peer could serve the manifest of blob {0}")]
     NoManifest(BlobHash),
     #[error("all sources failed for blob {hash}: {done} of {total} chunks fetched")]

@@ -36,13 +36,18 @@ struct Source {
     busy: u32,
 }
 
-/// Fetches `hash` from `sources` (in preference order). Returns the bytes and the manifest.
+/// Fetches `hash` from `sources` (in preference order), refusing blobs above `max_size`
+/// bytes before allocating. Returns the bytes and the manifest.
 pub async fn fetch(
     client: &NetClient,
     hash: BlobHash,
     sources: Vec<PeerId>,
+    max_size: u64,
 ) -> Result<(Bytes, Manifest), NetError> {
     let (manifest, holders) = fetch_manifest(client, hash, sources).await?;
+    if manifest.size > max_size {
+        return Err(FetchError::TooLarge { hash, size: manifest.size, limit: max_size }.into());
+    }
     let data = fetch_chunks(client, hash, &manifest, holders).await?;
     Ok((data, manifest))
 }

@@ -32,6 +32,11 @@ async fn fetch_from_several_sources_verifies_and_stores() -> anyhow::Result<()> 
         .count();
     assert!(serving >= 2, "chunks came from {serving} sources: {stats:?}");
     assert_eq!(stats.blobs_stored, 1);
+    // A blob larger than the caller expects is refused before download.
+    let big = a.client.put_blob(Bytes::from(seeded_bytes(5, 2 * CHUNK_SIZE)))?;
+    let e = d.client.fetch_blob_limited(big, &[a.client.peer_id()], 1000).await;
+    assert!(matches!(e, Err(atoll_net::NetError::Fetch(atoll_net::FetchError::TooLarge { .. }))));
+    assert!(!d.client.has_blob(&big));
     // Unknown blobs fail cleanly.
     assert!(d.client.fetch_blob(BlobHash::of(b"nobody has this"), &sources).await.is_err());
     stop_all(vec![a, b, c, d]).await
