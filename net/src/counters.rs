@@ -76,6 +76,9 @@ pub enum RejectReason {
     BadChunk,
     /// Peer that speaks another atoll wire version (identify).
     PeerVersion,
+    /// A payload the protocol layer found invalid (bad shapes, non-finite values, ...),
+    /// reported through [`crate::NetClient::report`].
+    BadPayload,
 }
 
 impl RejectReason {
@@ -91,12 +94,16 @@ impl RejectReason {
             RejectReason::BadManifest => "bad_manifest",
             RejectReason::BadChunk => "bad_chunk",
             RejectReason::PeerVersion => "peer_version",
+            RejectReason::BadPayload => "bad_payload",
         }
     }
 
     /// True for reasons that mean the peer lied or attacked (its data must not be trusted).
     pub fn is_penalty(self) -> bool {
-        matches!(self, RejectReason::BadManifest | RejectReason::BadChunk)
+        matches!(
+            self,
+            RejectReason::BadManifest | RejectReason::BadChunk | RejectReason::BadPayload
+        )
     }
 }
 
