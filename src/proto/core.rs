@@ -343,7 +343,14 @@ impl Protocol {
         match msg {
             Message::State(s) => self.vote(from, p, s.round, s.hash, now, out),
             Message::Contribution(c) => {
-                self.vote(from, p, c.base_round, c.base, now, out);
+                // The base state is a vote, but state announcements carry the same votes a
+                // moment later; it only matters when it shows we are behind (a restarted
+                // peer learns where the swarm is one announcement earlier). Skipping it
+                // otherwise halves the vote bookkeeping, which is per peer per round.
+                let lane = &self.lanes[p];
+                if c.base_round > lane.state.round.max(lane.closed_round) + 1 {
+                    self.vote(from, p, c.base_round, c.base, now, out);
+                }
                 self.on_announce(from, p, c, now, out);
             }
         }
