@@ -37,3 +37,28 @@ async fn announcements_reach_all_run_peers() -> anyhow::Result<()> {
     assert!(stats.protocols["announce"].received > 0);
     stop_all(vec![a, b, c]).await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_consumer_loses_events_not_the_node() -> anyhow::Result<()> {
+    let a = start(Opts::default()).await?;
+    let b = start_from(&a).await?; // b's events are never read
+    let (ida, idb) = (a.client.peer_id(), b.client.peer_id());
+    wait_until("connected", || async {
+        Ok(sees_exactly(&a, &[idb]).await? && sees_exactly(&b, &[ida]).await?)
+    })
+    .await?;
+    wait_until("gossip mesh up", || async {
+        Ok(a.client.publish(b"warm-up".to_vec()).await.is_ok())
+    })
+    .await?;
+    let n = atoll_net::client::EVENT_CAPACITY + 200;
+    for i in 0..n {
+        a.client.publish(format!("announcement {i}").into_bytes()).await?;
+    }
+    // The event stream is full: further events are dropped and counted, and b still answers.
+    wait_until("dropped events counted", || async {
+        Ok(b.client.stats().await?.events_dropped > 0)
+    })
+    .await?;
+    stop_all(vec![a, b]).await
+}
