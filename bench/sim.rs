@@ -3,7 +3,9 @@
 //! of the peers' anchors at the end (lower is better), "B/peer/round" the payload bytes
 //! each peer received per fragment round.
 //!
-//! `cargo bench --bench sim -- [--peers N] [--cycles C] [--seeds S]`
+//! `cargo bench --bench sim -- [--peers N] [--cycles C] [--seeds S] [--momentum-grid]`
+//!
+//! `--momentum-grid` instead prints final loss over inner lr × outer μ × merge lag.
 
 use atoll::delta::Codec;
 use atoll::proto::MergeRule;
@@ -31,6 +33,9 @@ fn main() {
     let peers: usize = value("--peers").and_then(|s| s.parse().ok()).unwrap_or(16);
     let cycles: u64 = value("--cycles").and_then(|s| s.parse().ok()).unwrap_or(40);
     let seeds: u64 = value("--seeds").and_then(|s| s.parse().ok()).unwrap_or(5);
+    if args.iter().any(|a| a == "--momentum-grid") {
+        return momentum_grid(peers, cycles, seeds);
+    }
     let rows = [
         Row { name: "K=1 lag 0, heterogeneous, grace (γ=0.5)", tweak: |c| heterogeneous(c) },
         Row {
@@ -92,5 +97,31 @@ fn main() {
             bytes / n,
             wall / n
         );
+    }
+}
+
+/// Outer momentum against merge lag: staleness and momentum interact.
+fn momentum_grid(peers: usize, cycles: u64, seeds: u64) {
+    println!("{peers} peers, {cycles} cycles, mean over {seeds} seeds");
+    println!("| inner lr | μ | loss lag 0 | loss lag 1 |");
+    println!("|---:|---:|---:|---:|");
+    for lr in [0.01f32, 0.003] {
+        for mu in [0.3f32, 0.5, 0.7, 0.9] {
+            let loss = |lag: u64| {
+                let mut total = 0.0;
+                for seed in 1..=seeds {
+                    let mut cfg = SimConfig::new(peers, seed);
+                    cfg.settings.merge_lag = lag;
+                    cfg.settings.momentum = mu;
+                    cfg.inner_lr = lr;
+                    cfg.track_lineage = false;
+                    let mut sim = Sim::new(cfg).unwrap_or_else(|e| panic!("{e}"));
+                    sim.run_cycles(cycles);
+                    total += sim.mean_anchor_loss();
+                }
+                total / seeds as f64
+            };
+            println!("| {lr} | {mu} | {:.4} | {:.4} |", loss(0), loss(1));
+        }
     }
 }
