@@ -211,17 +211,7 @@ impl Protocol {
                     out.extend(lane.merge(self.me, &self.settings, now, &mut self.metrics));
                 }
             }
-            Timer::Deadline { fragment, round } => {
-                let lane = &mut self.lanes[fragment];
-                if let Some(o) = lane.open.as_mut() {
-                    if o.round == round && !o.closed && o.quorum_at.is_none() {
-                        o.closed = true;
-                        lane.closed_round = lane.closed_round.max(round);
-                        self.metrics.skipped_rounds += 1;
-                        out.push(Output::Skipped { fragment, round });
-                    }
-                }
-            }
+            Timer::Deadline { fragment, round } => self.on_deadline(fragment, round, now, out),
             Timer::Reconcile { fragment, .. } => self.reconcile(fragment, now, out),
             Timer::FetchSweep => self.sweep(now, out),
         }
@@ -261,6 +251,24 @@ impl Protocol {
             timer: Timer::Open { fragment: p, round: next },
         });
         self.check_quorum(p, now, out);
+    }
+
+    /// The quorum did not come: skip the round. If others did merge it, this peer lacked
+    /// their inputs (typically just after catching up), so it reconciles now rather than
+    /// half a period later.
+    fn on_deadline(&mut self, p: usize, round: u64, now: Millis, out: &mut Vec<Output>) {
+        let lane = &mut self.lanes[p];
+        let Some(o) = lane.open.as_mut() else { return };
+        if o.round != round || o.closed || o.quorum_at.is_some() {
+            return;
+        }
+        o.closed = true;
+        lane.closed_round = lane.closed_round.max(round);
+        self.metrics.skipped_rounds += 1;
+        out.push(Output::Skipped { fragment: p, round });
+        if lane.votes.max_round() >= round {
+            self.reconcile(p, now, out);
+        }
     }
 
     /// Starts the grace window once the quorum is held.
