@@ -76,3 +76,18 @@ fn restarted_peer_catches_up_within_a_cycle_without_stale_deltas() {
     // Nobody received an outlier delta taken against the restarted peer's stale anchor.
     assert_eq!(sim.stats.misbehaved, 0, "seed {seed}");
 }
+
+#[test]
+fn larger_quorum_and_blending_still_agree() {
+    let seed = seed_from_env(4);
+    let mut cfg = SimConfig::new(12, seed);
+    cfg.settings.quorum = 4;
+    cfg.settings.alpha = 0.5;
+    cfg.net.loss = 0.02;
+    let mut sim = Sim::new(cfg).unwrap();
+    let initial = sim.mean_anchor_loss();
+    sim.run_cycles(8);
+    assert!(sim.agree(), "seed {seed}");
+    assert!(sim.stats.merged_contributions >= 4 * sim.stats.merges, "seed {seed}: {:?}", sim.stats);
+    assert!(sim.mean_anchor_loss() < 0.5 * initial, "seed {seed}");
+}
