@@ -1,5 +1,6 @@
 //! One module per subcommand. Each exposes `Args` (clap) and `main(Args) -> anyhow::Result<()>`.
 
+pub mod demo;
 pub mod run;
 pub mod sample;
 pub mod status;

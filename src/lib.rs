@@ -12,6 +12,8 @@
 //! - [`train`]: the inner loop (AdamW, warm-up + cosine, clipping) and its counters.
 //! - [`checkpoint`]: atomic, checksummed checkpoints of model + optimizer + counters.
 //! - [`metrics`]: the `metrics.jsonl` record of validation passes.
+//! - [`manifest`]: the run manifest (everything peers must share) and the run id.
+//! - [`node`]: a training peer: trainer thread + protocol core + `atoll-net`.
 //! - [`sample`]: text generation from a trained model.
 
 pub mod backend;
@@ -19,8 +21,10 @@ pub mod checkpoint;
 pub mod data;
 pub mod delta;
 pub mod fragment;
+pub mod manifest;
 pub mod metrics;
 pub mod model;
+pub mod node;
 pub mod proto;
 pub mod sample;
 pub mod sim;

@@ -20,6 +20,8 @@ enum Command {
     Sample(cmd::sample::Args),
     /// Start a peer: join the swarm of a run (see --no-train for a pure bootstrap node).
     Run(cmd::run::Args),
+    /// Run a local swarm: N peer processes on loopback training together.
+    Demo(cmd::demo::Args),
     /// Print the status of a running (or stopped) peer.
     Status(cmd::status::Args),
 }
@@ -31,6 +33,7 @@ fn main() -> std::process::ExitCode {
         Command::Train(args) => cmd::train::main(args),
         Command::Sample(args) => cmd::sample::main(args),
         Command::Run(args) => cmd::run::main(args),
+        Command::Demo(args) => cmd::demo::main(args),
         Command::Status(args) => cmd::status::main(args),
     };
     match result {

@@ -1,19 +1,25 @@
 //! `atoll run`: start a peer of a run's swarm and keep `RUN_DIR/status.json` current.
 //!
-//! For now only `--no-train` peers run (bootstrap / relay nodes that serve the DHT, gossip
-//! and blobs); training through `run` arrives with the protocol issue.
+//! A training peer (the default) trains its shard and merges with the swarm (see
+//! [`atoll::node`]); `--no-train` starts a bootstrap/relay peer that serves the DHT, gossip
+//! and blobs without training.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::{bail, Context};
+use atoll::backend::Backend;
+use atoll::data::Shard;
+use atoll::manifest::{self, Manifest};
+use atoll::node::{self, status, NodeOptions};
+use atoll::train::TrainConfig;
 use atoll_net::limiter::mbps_to_bytes_per_sec;
 use atoll_net::{identity, Multiaddr, NetConfig, NetEvent, NetStats, Node, DEFAULT_RUN_ID};
-use serde::{Deserialize, Serialize};
 
-/// Name of the status file inside the run dir.
-pub const STATUS_FILE: &str = "status.json";
-/// How often the status file is rewritten.
+/// Shards of the data when `--shard` is not given: a peer takes the one its peer id hashes
+/// to, so restarts keep their shard.
+const DEFAULT_SHARDS: u32 = 16;
+/// How often the status file of a `--no-train` peer is rewritten.
 const STATUS_PERIOD: Duration = Duration::from_millis(500);
 
 /// Arguments of `atoll run`.
@@ -32,9 +38,32 @@ pub struct Args {
     /// Run a pure bootstrap/relay peer: DHT, gossip and blob serving, no training.
     #[arg(long)]
     pub no_train: bool,
-    /// Which run's swarm to join. Peers started without it all join the shared default.
+    /// Name of the swarm a `--no-train` peer serves (training peers take the manifest's).
     #[arg(long, default_value = DEFAULT_RUN_ID)]
     pub run_id: String,
+    /// Run manifest (JSON). Default: RUN_DIR/manifest.json if there, else the default run
+    /// on the embedded corpus (or --data).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Train until this many inner steps in total, then merge until the swarm is quiet.
+    #[arg(long, conflicts_with = "duration")]
+    pub steps: Option<u64>,
+    /// Leave after this many seconds.
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<u64>,
+    /// Train on this UTF-8 text file or directory instead of the embedded corpus (must be
+    /// the corpus the manifest names).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// This peer's data shard `I/N` (default: from the peer id, N = 16).
+    #[arg(long)]
+    pub shard: Option<Shard>,
+    /// CPU backend.
+    #[arg(long, default_value = "flex")]
+    pub backend: Backend,
+    /// Write a checkpoint every this many steps.
+    #[arg(long, default_value_t = 50)]
+    pub checkpoint_every: u64,
     /// Upload cap on blob transfers in megabits per second.
     #[arg(long, value_name = "MBPS")]
     pub max_upload_mbps: Option<f64>,
@@ -46,26 +75,7 @@ pub struct Args {
     pub key_file: Option<PathBuf>,
 }
 
-/// What `status.json` holds: the node's snapshot plus liveness.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct StatusFile {
-    /// False once the peer has shut down cleanly.
-    pub running: bool,
-    /// Process id of the peer.
-    pub pid: u32,
-    /// When the file was written (milliseconds since the Unix epoch).
-    pub updated_unix_ms: u64,
-    #[serde(flatten)]
-    pub stats: NetStats,
-}
-
 pub fn main(args: Args) -> anyhow::Result<()> {
-    if !args.no_train {
-        bail!(
-            "training through `atoll run` arrives with the protocol issue; for now use \
-             `atoll run --no-train` for a bootstrap/relay peer, or `atoll train` to train alone"
-        );
-    }
     if let Some(mbps) = args.max_upload_mbps {
         if !(mbps.is_finite() && mbps > 0.0) {
             bail!("--max-upload-mbps must be a positive number, got {mbps}");
@@ -75,10 +85,14 @@ pub fn main(args: Args) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("cannot start the tokio runtime")?;
-    rt.block_on(run(args))
+    if args.no_train {
+        rt.block_on(serve(args))
+    } else {
+        rt.block_on(train(args))
+    }
 }
 
-async fn run(args: Args) -> anyhow::Result<()> {
+fn net_config(args: &Args) -> anyhow::Result<NetConfig> {
     std::fs::create_dir_all(&args.run_dir)
         .with_context(|| format!("cannot create run dir {}", args.run_dir.display()))?;
     let key_path =
@@ -93,21 +107,108 @@ async fn run(args: Args) -> anyhow::Result<()> {
     cfg.bootstrap = args.bootstrap.clone();
     cfg.mdns = !args.no_mdns;
     cfg.max_upload_bytes_per_sec = args.max_upload_mbps.map(mbps_to_bytes_per_sec);
+    Ok(cfg)
+}
 
+/// The manifest of this peer: `--config`, else the run dir's, else the default run.
+/// A run dir that already holds another manifest is refused with the difference.
+fn resolve_manifest(args: &Args, corpus: &atoll::data::Corpus) -> anyhow::Result<Manifest> {
+    let saved_path = args.run_dir.join(manifest::FILE_NAME);
+    let saved = if saved_path.exists() { Some(Manifest::load(&saved_path)?) } else { None };
+    let chosen = match (&args.config, &saved) {
+        (Some(path), _) => Manifest::load(path)?,
+        (None, Some(m)) => m.clone(),
+        (None, None) => Manifest::new(
+            &args.run_id,
+            TrainConfig::default(),
+            corpus,
+            manifest::default_protocol(),
+        ),
+    };
+    if let Some(saved) = saved {
+        if saved != chosen {
+            bail!(
+                "{} holds the manifest of another run; use a fresh run dir. What differs \
+                 (run dir ≠ given): {}",
+                args.run_dir.display(),
+                saved.diff(&chosen).join("; ")
+            );
+        }
+    } else {
+        atoll::checkpoint::write_atomic(&saved_path, &chosen.to_bytes())
+            .with_context(|| format!("cannot write {}", saved_path.display()))?;
+    }
+    Ok(chosen)
+}
+
+/// A training peer.
+async fn train(args: Args) -> anyhow::Result<()> {
+    let net = net_config(&args)?;
+    let corpus = super::train::load_corpus(args.data.as_deref())?;
+    let manifest = resolve_manifest(&args, &corpus)?;
+    let shard = match args.shard {
+        Some(s) => s,
+        None => {
+            let id = atoll_net::PeerId::from(net.keypair.public());
+            let index = (node::proto_peer(&id).0 % u64::from(DEFAULT_SHARDS)) as u32;
+            Shard { index, count: DEFAULT_SHARDS }
+        }
+    };
+    let opts = NodeOptions {
+        manifest,
+        corpus,
+        run_dir: args.run_dir.clone(),
+        shard,
+        backend: args.backend,
+        net,
+        target_step: args.steps,
+        duration: args.duration.map(Duration::from_secs),
+        checkpoint_every: args.checkpoint_every,
+    };
+    let report = node::run(opts, shutdown_signal()).await?;
+    println!(
+        "finished at step {} ({} tokens); final val_bpb {:.3}; anchors {}",
+        report.step,
+        report.tokens,
+        report.final_val_bpb,
+        report.anchor_hashes.iter().map(|h| &h[..12.min(h.len())]).collect::<Vec<_>>().join(" ")
+    );
+    Ok(())
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+    tracing::info!("stop requested; leaving at the next step boundary");
+}
+
+/// A bootstrap/relay peer: no training.
+async fn serve(args: Args) -> anyhow::Result<()> {
+    let cfg = net_config(&args)?;
     let mut node = Node::start(cfg).await.context("cannot start the peer")?;
     println!("peer_id {}", node.client.peer_id());
     for a in &node.listen_addrs {
         println!("listening {a}");
     }
-    let status_path = args.run_dir.join(STATUS_FILE);
+    let status_path = args.run_dir.join(status::FILE_NAME);
     let mut tick = tokio::time::interval(STATUS_PERIOD);
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("cannot install the SIGTERM handler")?;
+    let stop = shutdown_signal();
+    tokio::pin!(stop);
     loop {
         tokio::select! {
             biased;
-            _ = tokio::signal::ctrl_c() => break,
-            _ = sigterm.recv() => break,
+            _ = &mut stop => break,
             _ = tick.tick() => {
                 let stats = node.client.stats().await?;
                 write_status(&status_path, true, stats)?;
@@ -133,20 +234,7 @@ fn log_event(event: &NetEvent) {
     }
 }
 
-/// Writes the status file atomically: a reader sees the old or the new file, never half.
 fn write_status(path: &Path, running: bool, stats: NetStats) -> anyhow::Result<()> {
-    let status = StatusFile {
-        running,
-        pid: std::process::id(),
-        updated_unix_ms: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0),
-        stats,
-    };
-    let tmp = path.with_extension("json.tmp");
-    let json = serde_json::to_vec_pretty(&status)?;
-    std::fs::write(&tmp, json).with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot replace {}", path.display()))?;
-    Ok(())
+    status::write(path, running, stats, None)
+        .with_context(|| format!("cannot write {}", path.display()))
 }

@@ -5,7 +5,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 
-use super::run::{StatusFile, STATUS_FILE};
+use atoll::node::status::{StatusFile, FILE_NAME as STATUS_FILE};
 
 /// A status older than this while "running" means the peer probably died.
 const STALE_MS: u64 = 5_000;
@@ -79,11 +79,29 @@ fn human(s: &StatusFile) -> String {
         let r: Vec<String> = st.rejects.iter().map(|(k, v)| format!("{k} {v}")).collect();
         out += &format!("rejects  {} (penalised peers: {})\n", r.join(", "), st.penalised);
     }
+    if let Some(t) = &s.training {
+        let target = t.target_step.map_or(String::new(), |n| format!("/{n}"));
+        let bpb = t.val_bpb.map_or("-".into(), |v| format!("{v:.3}"));
+        out += &format!(
+            "training step {}{target}, {:.0} tok/s, val_bpb {bpb}, manifest {}\n",
+            t.step, t.tokens_per_s, t.manifest_id
+        );
+        out += &format!(
+            "rounds   {:?} ({} merges, {} skipped, {} adopted)\n",
+            t.round, t.merges, t.skipped, t.adopted
+        );
+        for (p, h) in t.anchor_hashes.iter().enumerate() {
+            out += &format!("anchor   {p}: {h}\n");
+        }
+        if let Some(v) = t.final_val_bpb {
+            out += &format!("final    val_bpb {v:.3} on the merged anchors\n");
+        }
+    }
     out += &format!("uptime   {} s\n", st.uptime_secs);
     out
 }
 
-fn bytes(n: u64) -> String {
+pub fn bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = n as f64;
     let mut u = 0;

@@ -1,0 +1,540 @@
+//! A training peer: the trainer on its own thread, the protocol core and `atoll-net`,
+//! joined by one event loop (STYLE: one task owns the state, the rest talk to it).
+//!
+//! ```text
+//!  worker thread ──Snapshot/Step/Validation──▶ event loop ──Broadcast/Fetch──▶ atoll-net
+//!        ▲                                    │  (owns Protocol)                 │
+//!        └──────────Snapshot?/Apply───────────┘ ◀──Announcement/blob bytes──────┘
+//! ```
+//!
+//! The trainer never waits on the network: it drains its command channel between steps.
+//! Time on the run's timeline is `unix_ms − manifest.epoch_unix_ms`, so all peers share
+//! the round schedule. A peer that reached its step target stays, merging the others'
+//! deltas, until no fragment changed for two periods (the swarm is quiet), then applies
+//! its final anchors, evaluates them and exits.
+
+pub mod anchors;
+pub mod status;
+mod wire;
+pub mod worker;
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use atoll_net::{BlobHash, NetClient, NetConfig, NetEvent, Node, RejectReason};
+use bytes::Bytes;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use crate::backend::Backend;
+use crate::data::{Corpus, Shard};
+use crate::delta::ContentHash;
+use crate::fragment::FragmentPlan;
+use crate::manifest::{Manifest, RunId};
+use crate::model::params::{read_fragment, tensor_specs, write_fragment};
+use crate::proto::{Event, Message, Millis, Output, PeerId, Protocol, Settings, Timer};
+use crate::train::{TrainConfig, Trainer};
+use status::TrainingStatus;
+use worker::{FromWorker, ToWorker, WorkerSetup};
+
+/// How often `status.json` is rewritten.
+const STATUS_PERIOD: Duration = Duration::from_millis(500);
+/// Periods without any merge after which a trained peer considers the swarm quiet...
+const QUIET_PERIODS: u64 = 2;
+/// ...and never less than this (peers that start a little later must get their turn).
+const QUIET_MIN_MS: u64 = 5_000;
+
+/// Everything a training peer needs.
+pub struct NodeOptions {
+    pub manifest: Manifest,
+    pub corpus: Corpus,
+    pub run_dir: PathBuf,
+    pub shard: Shard,
+    pub backend: Backend,
+    /// Network settings; `run_id` is replaced by the manifest's name.
+    pub net: NetConfig,
+    /// Inner steps to train (in total, counting a resumed run's earlier steps).
+    pub target_step: Option<u64>,
+    /// Leave after this long, trained or not.
+    pub duration: Option<Duration>,
+    pub checkpoint_every: u64,
+}
+
+/// How a node ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeReport {
+    pub step: u64,
+    pub tokens: u64,
+    pub final_val_loss: f64,
+    pub final_val_bpb: f64,
+    pub anchor_hashes: Vec<String>,
+}
+
+/// The run's initial parameters, fragment by fragment: the model initialised from the run
+/// seed, identical on every peer.
+pub fn initial_anchors(
+    config: &TrainConfig,
+    backend: Backend,
+    plan: &FragmentPlan,
+) -> Vec<Vec<f32>> {
+    // Seeding and drawing go through the backend's global generator: two nodes in one
+    // process (tests) must not interleave them.
+    static INIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = INIT.lock().unwrap_or_else(|p| p.into_inner());
+    let device = backend.train_device();
+    device.seed(config.seed);
+    let model = config.model.init(&device);
+    plan.fragments
+        .iter()
+        .map(|f| read_fragment(&model, f).expect("the plan was made from this model"))
+        .collect()
+}
+
+/// The protocol's id of a libp2p peer: the first 8 bytes of blake3 of its id.
+pub fn proto_peer(peer: &atoll_net::PeerId) -> PeerId {
+    let h = blake3::hash(&peer.to_bytes());
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&h.as_bytes()[..8]);
+    PeerId(u64::from_le_bytes(b))
+}
+
+/// Runs a training peer until it is done, told to stop (`stop` resolves), or fails.
+pub async fn run(
+    mut opts: NodeOptions,
+    stop: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<NodeReport> {
+    use anyhow::Context;
+    let settings = opts.manifest.validate()?;
+    opts.manifest.check_corpus(&opts.corpus)?;
+    std::fs::create_dir_all(&opts.run_dir)
+        .with_context(|| format!("cannot create run dir {}", opts.run_dir.display()))?;
+    let (mut trainer, fresh) = open_trainer(&opts)?;
+    let plan = FragmentPlan::new(&tensor_specs(trainer.model()), settings.raw().fragments)?;
+    let param_count = plan.numel();
+    let proto = open_protocol(&opts, &settings, &plan)?;
+    if fresh {
+        // A fresh peer starts from the current anchors (the run's initial parameters, or
+        // the saved ones), never from a draw of its own.
+        for spec in &plan.fragments {
+            write_fragment(trainer.model_mut(), spec, &proto.state(spec.id).anchor)?;
+        }
+    }
+
+    opts.net.run_id = opts.manifest.name.clone();
+    let mut node = Node::start(opts.net.clone()).await.context("cannot start the network")?;
+    let client = node.client.clone();
+    let manifest_bytes = Bytes::from(opts.manifest.to_bytes());
+    client.put_blob(manifest_bytes)?;
+    println!("peer_id {}", client.peer_id());
+    for a in &node.listen_addrs {
+        println!("listening {a}");
+    }
+    tracing::info!(
+        run = %opts.manifest.name, manifest = %opts.manifest.run_id(), params = param_count,
+        step = trainer.state().step, shard = ?opts.shard, "training peer started"
+    );
+
+    let (to_worker, worker_rx) = mpsc::channel(256);
+    let (worker_tx, from_worker) = mpsc::channel(256);
+    let setup = WorkerSetup {
+        trainer,
+        plan: plan.clone(),
+        corpus: opts.corpus.clone(),
+        run_dir: opts.run_dir.clone(),
+        target_step: opts.target_step,
+        checkpoint_every: opts.checkpoint_every.max(1),
+    };
+    let worker = std::thread::Builder::new()
+        .name("atoll-trainer".into())
+        .spawn(move || worker::run(setup, worker_rx, worker_tx))
+        .context("cannot start the training thread")?;
+
+    let mut lp = Loop {
+        epoch: opts.manifest.epoch_unix_ms,
+        run_id: opts.manifest.run_id(),
+        manifest: opts.manifest.clone(),
+        client,
+        proto,
+        period: settings.period_ms(),
+        timers: BinaryHeap::new(),
+        peers: HashMap::new(),
+        fetches: JoinSet::new(),
+        foreign: HashSet::new(),
+        reported: HashSet::new(),
+        to_worker,
+        run_dir: opts.run_dir.clone(),
+        status: TrainingStatus {
+            manifest_id: opts.manifest.run_id().short(),
+            target_step: opts.target_step,
+            param_count,
+            ..TrainingStatus::default()
+        },
+        last_change: 0,
+        finishing: false,
+    };
+    let result = lp.drive(&mut node.events, from_worker, opts.duration, stop).await;
+    let _ = worker.join();
+    let last = lp.client.stats().await;
+    node.handle.shutdown().await?;
+    if let Ok(stats) = last {
+        let path = opts.run_dir.join(status::FILE_NAME);
+        status::write(&path, false, stats, Some(lp.status.clone()))?;
+    }
+    result
+}
+
+/// The trainer of the run dir's checkpoint, or a fresh one (`true`).
+fn open_trainer(opts: &NodeOptions) -> anyhow::Result<(Trainer, bool)> {
+    let path = crate::checkpoint::path_in(&opts.run_dir);
+    if path.exists() {
+        let ckpt = crate::checkpoint::load(&path)?;
+        anyhow::ensure!(
+            ckpt.meta.config == opts.manifest.train,
+            "the checkpoint in {} belongs to another run (its training settings differ from \
+             the manifest's); use another run dir",
+            opts.run_dir.display()
+        );
+        tracing::info!(step = ckpt.meta.state.step, "resuming from checkpoint");
+        return Ok((ckpt.into_trainer(&opts.corpus)?, false));
+    }
+    let trainer =
+        Trainer::new(opts.manifest.train.clone(), opts.backend, &opts.corpus, opts.shard)?;
+    Ok((trainer, true))
+}
+
+fn open_protocol(
+    opts: &NodeOptions,
+    settings: &Settings,
+    plan: &FragmentPlan,
+) -> anyhow::Result<Protocol> {
+    let seed = opts.manifest.train.seed ^ u64::from(opts.shard.index);
+    let key_peer = atoll_net::PeerId::from(opts.net.keypair.public());
+    let me = proto_peer(&key_peer);
+    match anchors::load(&opts.run_dir, plan) {
+        Ok(Some(states)) => {
+            tracing::info!(round = states[0].round, "resuming protocol state");
+            return Ok(Protocol::restore(me, settings.clone(), plan, states, seed)?);
+        }
+        Ok(None) => {}
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read saved anchors; catching up from the swarm")
+        }
+    }
+    let init = initial_anchors(&opts.manifest.train, opts.backend, plan);
+    Ok(Protocol::new(me, settings.clone(), plan, init, seed)?)
+}
+
+struct Loop {
+    epoch: u64,
+    run_id: RunId,
+    manifest: Manifest,
+    client: NetClient,
+    proto: Protocol,
+    period: Millis,
+    timers: BinaryHeap<Reverse<(Millis, Timer)>>,
+    /// libp2p ids behind the protocol's peer ids.
+    peers: HashMap<PeerId, atoll_net::PeerId>,
+    fetches: JoinSet<Event>,
+    /// (peer, run id) pairs of foreign messages already explained in the log.
+    foreign: HashSet<(atoll_net::PeerId, [u8; 32])>,
+    /// Peers already reported for misbehaviour (logged once).
+    reported: HashSet<PeerId>,
+    to_worker: mpsc::Sender<ToWorker>,
+    run_dir: PathBuf,
+    status: TrainingStatus,
+    /// Last time (run timeline) a fragment state changed or training advanced.
+    last_change: Millis,
+    finishing: bool,
+}
+
+impl Loop {
+    fn now(&self) -> Millis {
+        status::unix_ms().saturating_sub(self.epoch)
+    }
+
+    async fn drive(
+        &mut self,
+        events: &mut mpsc::Receiver<NetEvent>,
+        mut from_worker: mpsc::Receiver<FromWorker>,
+        duration: Option<Duration>,
+        stop: impl std::future::Future<Output = ()>,
+    ) -> anyhow::Result<NodeReport> {
+        tokio::pin!(stop);
+        let deadline = duration.map(|d| tokio::time::Instant::now() + d);
+        let started = self.proto.start(self.now());
+        self.carry_out(started).await;
+        self.refresh_status();
+        let mut tick = tokio::time::interval(STATUS_PERIOD);
+        let status_path = self.run_dir.join(status::FILE_NAME);
+        loop {
+            let next_timer = self.timers.peek().map(|Reverse((at, _))| *at);
+            let sleep_ms = next_timer.map(|at| at.saturating_sub(self.now())).unwrap_or(60_000);
+            tokio::select! {
+                biased;
+                _ = &mut stop, if !self.finishing => self.finish().await,
+                _ = async { tokio::time::sleep_until(deadline.unwrap_or_else(tokio::time::Instant::now)).await }, if deadline.is_some() && !self.finishing => {
+                    tracing::info!("--duration reached");
+                    self.finish().await
+                }
+                msg = from_worker.recv() => match msg {
+                    Some(FromWorker::Finished { step, tokens, val_loss, val_bpb }) => {
+                        self.status.final_val_loss = Some(val_loss);
+                        self.status.final_val_bpb = Some(val_bpb);
+                        self.status.step = step;
+                        self.status.tokens = tokens;
+                        self.save_anchors();
+                        return Ok(NodeReport {
+                            step, tokens, final_val_loss: val_loss, final_val_bpb: val_bpb,
+                            anchor_hashes: self.status.anchor_hashes.clone(),
+                        });
+                    }
+                    Some(FromWorker::Failed(e)) => anyhow::bail!("training stopped: {e}"),
+                    Some(other) => self.on_worker(other).await,
+                    None => anyhow::bail!("the training thread ended unexpectedly"),
+                },
+                _ = tokio::time::sleep(Duration::from_millis(sleep_ms)), if next_timer.is_some() => {
+                    let now = self.now();
+                    while let Some(Reverse((at, t))) = self.timers.peek().copied() {
+                        if at > now { break; }
+                        self.timers.pop();
+                        let outs = self.proto.handle(Event::Timer(t), now);
+                        self.carry_out(outs).await;
+                    }
+                }
+                Some(ev) = events.recv() => self.on_net(ev).await,
+                Some(done) = self.fetches.join_next(), if !self.fetches.is_empty() => {
+                    if let Ok(ev) = done {
+                        let outs = self.proto.handle(ev, self.now());
+                        self.carry_out(outs).await;
+                    }
+                }
+                _ = tick.tick() => {
+                    self.refresh_status();
+                    if let Ok(stats) = self.client.stats().await {
+                        if let Err(e) = status::write(&status_path, true, stats, Some(self.status.clone())) {
+                            tracing::warn!(error = %e, "cannot write status.json");
+                        }
+                    }
+                    if self.status.trained && !self.finishing
+                        && self.now().saturating_sub(self.last_change)
+                            > (QUIET_PERIODS * self.period).max(QUIET_MIN_MS)
+                    {
+                        tracing::info!("trained and the swarm is quiet; finishing");
+                        self.finish().await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Final anchors into the model, then the worker evaluates, checkpoints and stops.
+    async fn finish(&mut self) {
+        self.finishing = true;
+        if self.status.trained {
+            for p in 0..self.proto.settings().raw().fragments {
+                let anchor = self.proto.state(p).anchor.clone();
+                let round = self.proto.state(p).round;
+                let a = crate::proto::ApplyAnchor { fragment: p, round, anchor, alpha: 0.0 };
+                let _ = self.to_worker.send(ToWorker::Apply(a)).await;
+            }
+        }
+        let _ = self.to_worker.send(ToWorker::Finish).await;
+    }
+
+    fn refresh_status(&mut self) {
+        let p = self.proto.settings().raw().fragments;
+        self.status.round = (0..p).map(|i| self.proto.state(i).round).collect();
+        self.status.anchor_hashes = (0..p).map(|i| self.proto.state_hash(i).to_string()).collect();
+    }
+
+    fn save_anchors(&self) {
+        for p in 0..self.proto.settings().raw().fragments {
+            if let Err(e) = anchors::save(&self.run_dir, self.proto.state(p)) {
+                tracing::error!(error = %e, "cannot save anchors; training goes on");
+                return;
+            }
+        }
+    }
+
+    async fn on_worker(&mut self, msg: FromWorker) {
+        match msg {
+            FromWorker::Snapshot { fragment, round, params, tokens, steps } => {
+                let ev = Event::Snapshot { fragment, round, params, tokens, steps };
+                let outs = self.proto.handle(ev, self.now());
+                self.carry_out(outs).await;
+            }
+            FromWorker::Step { step, loss, tokens_per_s } => {
+                self.status.step = step;
+                self.status.loss = Some(loss);
+                self.status.tokens_per_s = tokens_per_s;
+                self.last_change = self.now();
+            }
+            FromWorker::Validation(r) => {
+                self.status.val_bpb = Some(r.val_bpb);
+                self.status.tokens = r.tokens;
+                tracing::info!(step = r.step, val_bpb = format!("{:.3}", r.val_bpb), "validation");
+            }
+            FromWorker::Trained { step } => {
+                self.status.trained = true;
+                self.status.step = step;
+                self.last_change = self.now();
+                tracing::info!(step, "step target reached; merging until the swarm is quiet");
+            }
+            FromWorker::Finished { .. } | FromWorker::Failed(_) => {}
+        }
+    }
+
+    async fn on_net(&mut self, ev: NetEvent) {
+        match ev {
+            NetEvent::Announcement { from, author, payload } => {
+                let sender = author.unwrap_or(from);
+                match wire::decode(&payload) {
+                    Ok((run, msg)) if run == self.run_id.0 => {
+                        let id = proto_peer(&sender);
+                        self.peers.insert(id, sender);
+                        let outs = self.proto.handle(Event::Message { from: id, msg }, self.now());
+                        self.carry_out(outs).await;
+                    }
+                    Ok((run, _)) => self.on_foreign(sender, run),
+                    Err(e) => {
+                        if self.reported.insert(proto_peer(&sender)) {
+                            tracing::warn!(peer = %sender, error = %e, "malformed protocol message");
+                        }
+                        let _ = self.client.report(sender, RejectReason::Malformed).await;
+                    }
+                }
+            }
+            NetEvent::RunPeerJoined(p) => {
+                self.peers.insert(proto_peer(&p), p);
+            }
+            NetEvent::RunPeerLeft(_) => {}
+            NetEvent::PeerPenalised { peer, reason } => {
+                tracing::warn!(%peer, ?reason, "peer penalised");
+            }
+            other => tracing::debug!(event = ?other, "network event"),
+        }
+    }
+
+    /// A message of another run manifest: refused; the first one from each peer makes us
+    /// fetch its manifest and log what differs.
+    fn on_foreign(&mut self, peer: atoll_net::PeerId, run: [u8; 32]) {
+        self.status.foreign_messages += 1;
+        if self.foreign.len() >= 1024 || !self.foreign.insert((peer, run)) {
+            return;
+        }
+        let client = self.client.clone();
+        let ours = self.manifest.clone();
+        tokio::spawn(async move {
+            let max = crate::manifest::MAX_BYTES as u64;
+            let theirs = client.fetch_blob_limited(BlobHash(run), &[peer], max).await;
+            let diff = match theirs.map(|b| Manifest::from_bytes(&b)) {
+                Ok(Ok(m)) => m.diff(&ours).join("; "),
+                Ok(Err(e)) => format!("its manifest is invalid: {e}"),
+                Err(e) => format!("its manifest could not be fetched: {e}"),
+            };
+            tracing::warn!(
+                %peer, run = %RunId(run),
+                "refusing messages of a peer with another run manifest (theirs ≠ ours): {diff}"
+            );
+        });
+    }
+
+    async fn carry_out(&mut self, outs: Vec<Output>) {
+        let mut queue = outs;
+        queue.reverse();
+        while let Some(out) = queue.pop() {
+            match out {
+                Output::SetTimer { at, timer } => self.timers.push(Reverse((at, timer))),
+                Output::Snapshot { fragment, round } => {
+                    let cmd = ToWorker::Snapshot { fragment, round };
+                    if self.finishing || self.to_worker.send(cmd).await.is_err() {
+                        // No trainer any more: nothing trained since.
+                        let params = self.proto.state(fragment).anchor.clone();
+                        let ev = Event::Snapshot { fragment, round, params, tokens: 0, steps: 0 };
+                        let mut more = self.proto.handle(ev, self.now());
+                        more.reverse();
+                        queue.extend(more);
+                    }
+                }
+                Output::Broadcast(msg) => self.broadcast(msg),
+                Output::Fetch { from, hash, max_len } => self.fetch(from, hash, max_len),
+                Output::Apply(a) => {
+                    if !self.finishing {
+                        let _ = self.to_worker.send(ToWorker::Apply(a)).await;
+                    }
+                }
+                Output::Merged(r) => {
+                    self.status.merges += 1;
+                    self.last_change = self.now();
+                    tracing::debug!(
+                        fragment = r.fragment,
+                        round = r.round,
+                        merged = r.merged.len(),
+                        late = r.late,
+                        "merged"
+                    );
+                    if let Err(e) = anchors::save(&self.run_dir, self.proto.state(r.fragment)) {
+                        tracing::error!(error = %e, "cannot save anchors; training goes on");
+                    }
+                }
+                Output::Skipped { fragment, round } => {
+                    self.status.skipped += 1;
+                    tracing::debug!(fragment, round, "round skipped (no quorum)");
+                }
+                Output::Adopted { fragment, round, previous_round, .. } => {
+                    self.status.adopted += 1;
+                    self.last_change = self.now();
+                    tracing::info!(fragment, round, previous_round, "adopted the swarm's state");
+                    if let Err(e) = anchors::save(&self.run_dir, self.proto.state(fragment)) {
+                        tracing::error!(error = %e, "cannot save anchors; training goes on");
+                    }
+                }
+                Output::Misbehaved { peer, reason } => {
+                    if self.reported.insert(peer) {
+                        tracing::warn!(peer = peer.0, %reason, "peer sent an invalid payload");
+                    }
+                    if let Some(p) = self.peers.get(&peer).copied() {
+                        let _ = self.client.report(p, RejectReason::BadPayload).await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Stores the announced payload so peers can fetch it, then gossips the announcement.
+    fn broadcast(&mut self, msg: Message) {
+        let hash = match &msg {
+            Message::Contribution(c) => c.hash,
+            Message::State(s) => s.hash,
+        };
+        if let Some(bytes) = self.proto.serve(&hash) {
+            if let Err(e) = self.client.put_blob(Bytes::copy_from_slice(&bytes)) {
+                tracing::warn!(error = %e, "cannot store a payload for serving");
+            }
+        }
+        let payload = wire::encode(&self.run_id.0, &msg);
+        let client = self.client.clone();
+        tokio::spawn(async move {
+            if let Err(e) = client.publish(payload).await {
+                tracing::debug!(error = %e, "announcement not published");
+            }
+        });
+    }
+
+    fn fetch(&mut self, from: PeerId, hash: ContentHash, max_len: u64) {
+        let client = self.client.clone();
+        let sources: Vec<atoll_net::PeerId> = self.peers.get(&from).copied().into_iter().collect();
+        self.fetches.spawn(async move {
+            match client.fetch_blob_limited(BlobHash(hash.0), &sources, max_len).await {
+                Ok(bytes) => Event::Fetched { from, hash, bytes: Arc::from(&bytes[..]) },
+                Err(e) => {
+                    tracing::debug!(error = %e, "fetch failed");
+                    Event::FetchFailed { from, hash }
+                }
+            }
+        });
+    }
+}

@@ -1,0 +1,91 @@
+//! `status.json`: what a peer tells people and scripts about itself, rewritten atomically.
+
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use atoll_net::NetStats;
+use serde::{Deserialize, Serialize};
+
+/// Name of the status file inside a peer's run dir.
+pub const FILE_NAME: &str = "status.json";
+
+/// Training and protocol progress of a training peer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TrainingStatus {
+    /// blake3 of the run manifest (short hex): peers with another one are refused.
+    pub manifest_id: String,
+    /// Inner steps taken.
+    pub step: u64,
+    /// Step target (`None` when the peer trains until stopped).
+    pub target_step: Option<u64>,
+    /// Tokens trained on.
+    pub tokens: u64,
+    /// Training loss of the latest step.
+    pub loss: Option<f32>,
+    pub tokens_per_s: f64,
+    /// Validation bits per byte of the latest validation pass (local parameters).
+    pub val_bpb: Option<f64>,
+    /// Round of each fragment's state.
+    pub round: Vec<u64>,
+    /// blake3 (hex) of each fragment's state: equal on all peers that agree.
+    pub anchor_hashes: Vec<String>,
+    /// Merges, skipped rounds and adopted states so far.
+    pub merges: u64,
+    pub skipped: u64,
+    pub adopted: u64,
+    /// Messages refused because they belong to another run manifest.
+    pub foreign_messages: u64,
+    /// Parameters of the model.
+    pub param_count: usize,
+    /// The step target was reached; the peer keeps merging until the swarm is quiet.
+    pub trained: bool,
+    /// Evaluation of the final anchors, once the peer finished.
+    pub final_val_loss: Option<f64>,
+    pub final_val_bpb: Option<f64>,
+}
+
+/// What `status.json` holds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StatusFile {
+    /// False once the peer has stopped.
+    pub running: bool,
+    /// Process id of the peer.
+    pub pid: u32,
+    /// When the file was written (milliseconds since the Unix epoch).
+    pub updated_unix_ms: u64,
+    #[serde(flatten)]
+    pub stats: NetStats,
+    /// Present on training peers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub training: Option<TrainingStatus>,
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn unix_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// Writes the status file atomically: a reader sees the old or the new file, never half.
+pub fn write(
+    path: &Path,
+    running: bool,
+    stats: NetStats,
+    training: Option<TrainingStatus>,
+) -> std::io::Result<()> {
+    let status = StatusFile {
+        running,
+        pid: std::process::id(),
+        updated_unix_ms: unix_ms(),
+        stats,
+        training,
+    };
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(&status)?)?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Reads a status file.
+pub fn read(path: &Path) -> std::io::Result<StatusFile> {
+    let bytes = std::fs::read(path)?;
+    serde_json::from_slice(&bytes).map_err(std::io::Error::other)
+}

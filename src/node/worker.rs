@@ -1,0 +1,239 @@
+//! The training thread of a node: inner steps, validation, checkpoints, and, between two
+//! steps, the protocol's snapshot requests and merged anchors. It never waits on the
+//! network: commands are drained without blocking before every step.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use tokio::sync::mpsc;
+
+use crate::checkpoint;
+use crate::data::Corpus;
+use crate::fragment::FragmentPlan;
+use crate::metrics::{bits_per_byte, MetricsLog, MetricsRecord};
+use crate::model::params::{read_fragment, write_fragment};
+use crate::proto::ApplyAnchor;
+use crate::train::Trainer;
+
+/// Commands to the training thread.
+#[derive(Debug)]
+pub enum ToWorker {
+    /// Answer with [`FromWorker::Snapshot`] of this fragment.
+    Snapshot { fragment: usize, round: u64 },
+    /// Take a merged anchor between two steps.
+    Apply(ApplyAnchor),
+    /// Stop training (the target was reached or the node is leaving): apply what came
+    /// before, evaluate, checkpoint and report [`FromWorker::Finished`].
+    Finish,
+}
+
+/// Reports of the training thread.
+#[derive(Debug)]
+pub enum FromWorker {
+    Snapshot {
+        fragment: usize,
+        round: u64,
+        params: Vec<f32>,
+        tokens: u64,
+        steps: u64,
+    },
+    /// Progress after an inner step (sent when the channel has room; may be skipped).
+    Step {
+        step: u64,
+        loss: f32,
+        tokens_per_s: f64,
+    },
+    /// A validation pass (also appended to `metrics.jsonl`).
+    Validation(MetricsRecord),
+    /// The step target was reached; the thread keeps answering commands.
+    Trained {
+        step: u64,
+    },
+    /// Final evaluation after [`ToWorker::Finish`]; the thread has ended.
+    Finished {
+        step: u64,
+        tokens: u64,
+        val_loss: f64,
+        val_bpb: f64,
+    },
+    /// Training cannot go on (diverged, disk full on checkpoint, ...).
+    Failed(String),
+}
+
+/// What the training thread needs besides the trainer.
+pub struct WorkerSetup {
+    pub trainer: Trainer,
+    pub plan: FragmentPlan,
+    pub corpus: Corpus,
+    pub run_dir: PathBuf,
+    /// Stop training at this step (`None`: until told to finish).
+    pub target_step: Option<u64>,
+    pub checkpoint_every: u64,
+}
+
+/// Runs the training thread until [`ToWorker::Finish`] or the command channel closes.
+pub fn run(mut s: WorkerSetup, mut cmds: mpsc::Receiver<ToWorker>, out: mpsc::Sender<FromWorker>) {
+    let mut w = Worker {
+        since: vec![(0, 0); s.plan.len()],
+        window: Window::new(),
+        log: MetricsLog::new(&s.run_dir),
+        started: Instant::now(),
+    };
+    let mut trained = s.target_step.is_some_and(|t| s.trainer.state().step >= t);
+    if trained {
+        let _ = out.blocking_send(FromWorker::Trained { step: s.trainer.state().step });
+    }
+    loop {
+        // Between two steps: everything the node asked for, without waiting (once the
+        // target is reached there is nothing else to do, so then it waits).
+        let cmd = if trained {
+            cmds.blocking_recv()
+        } else {
+            match cmds.try_recv() {
+                Ok(cmd) => Some(cmd),
+                Err(mpsc::error::TryRecvError::Empty) => {
+                    if let Err(e) = w.step(&mut s, &out) {
+                        let _ = out.blocking_send(FromWorker::Failed(e));
+                        return;
+                    }
+                    let step = s.trainer.state().step;
+                    if s.target_step.is_some_and(|t| step >= t) {
+                        trained = true;
+                        let _ = out.blocking_send(FromWorker::Trained { step });
+                    }
+                    continue;
+                }
+                Err(mpsc::error::TryRecvError::Disconnected) => None,
+            }
+        };
+        match cmd {
+            None | Some(ToWorker::Finish) => return finish(&mut s, &out),
+            Some(cmd) => {
+                if let Err(e) = w.command(&mut s, cmd, &out) {
+                    let _ = out.blocking_send(FromWorker::Failed(e));
+                    return;
+                }
+            }
+        }
+    }
+}
+
+struct Worker {
+    /// Tokens and steps since the last snapshot, per fragment.
+    since: Vec<(u64, u64)>,
+    window: Window,
+    log: MetricsLog,
+    started: Instant,
+}
+
+/// Training loss and throughput since the last validation.
+struct Window {
+    loss: f64,
+    steps: u64,
+    tokens: u64,
+    start: Instant,
+}
+
+impl Window {
+    fn new() -> Self {
+        Self { loss: 0.0, steps: 0, tokens: 0, start: Instant::now() }
+    }
+
+    fn tokens_per_s(&self) -> f64 {
+        self.tokens as f64 / self.start.elapsed().as_secs_f64().max(1e-9)
+    }
+}
+
+impl Worker {
+    fn command(
+        &mut self,
+        s: &mut WorkerSetup,
+        cmd: ToWorker,
+        out: &mpsc::Sender<FromWorker>,
+    ) -> Result<(), String> {
+        match cmd {
+            ToWorker::Snapshot { fragment, round } => {
+                let spec = s.plan.fragments.get(fragment).ok_or("snapshot of no fragment")?;
+                let params = read_fragment(s.trainer.model(), spec).map_err(|e| e.to_string())?;
+                let (tokens, steps) = std::mem::take(&mut self.since[fragment]);
+                let msg = FromWorker::Snapshot { fragment, round, params, tokens, steps };
+                out.blocking_send(msg).map_err(|_| "node stopped".to_string())
+            }
+            ToWorker::Apply(a) => apply(s, &a),
+            ToWorker::Finish => Ok(()), // handled by the loop
+        }
+    }
+
+    fn step(&mut self, s: &mut WorkerSetup, out: &mpsc::Sender<FromWorker>) -> Result<(), String> {
+        let stats = s.trainer.step();
+        let step = s.trainer.state().step;
+        if !stats.loss.is_finite() {
+            return Err(format!("training diverged at step {step} (loss {})", stats.loss));
+        }
+        for c in &mut self.since {
+            c.0 += stats.tokens as u64;
+            c.1 += 1;
+        }
+        self.window.loss += f64::from(stats.loss);
+        self.window.steps += 1;
+        self.window.tokens += stats.tokens as u64;
+        let tokens_per_s = self.window.tokens_per_s();
+        let _ = out.try_send(FromWorker::Step { step, loss: stats.loss, tokens_per_s });
+        let last = s.target_step.is_some_and(|t| step >= t);
+        if step % s.trainer.config().val_every == 0 || last {
+            let val_loss = s.trainer.evaluate();
+            let record = MetricsRecord {
+                step,
+                tokens: s.trainer.state().tokens,
+                train_loss: self.window.loss / self.window.steps.max(1) as f64,
+                val_loss,
+                val_bpb: bits_per_byte(val_loss),
+                tokens_per_s,
+                wall_s: self.started.elapsed().as_secs_f64(),
+            };
+            self.log.append(&record).map_err(|e| format!("cannot append metrics: {e}"))?;
+            let _ = out.try_send(FromWorker::Validation(record));
+            self.window = Window::new();
+        }
+        if step % s.checkpoint_every == 0 || last {
+            save(s);
+        }
+        Ok(())
+    }
+}
+
+/// `θ ← α·θ + (1−α)·anchor` for one fragment.
+fn apply(s: &mut WorkerSetup, a: &ApplyAnchor) -> Result<(), String> {
+    let spec = s.plan.fragments.get(a.fragment).ok_or("anchor of no fragment")?;
+    let mut values = if a.alpha > 0.0 {
+        let mut theta = read_fragment(s.trainer.model(), spec).map_err(|e| e.to_string())?;
+        for (t, &x) in theta.iter_mut().zip(&a.anchor) {
+            *t = a.alpha * *t + (1.0 - a.alpha) * x;
+        }
+        theta
+    } else {
+        a.anchor.clone()
+    };
+    values.truncate(spec.numel());
+    write_fragment(s.trainer.model_mut(), spec, &values).map_err(|e| e.to_string())
+}
+
+/// Writes a checkpoint; a failure (full disk) is logged and training goes on.
+fn save(s: &WorkerSetup) {
+    let shard = s.trainer.dataset().shard();
+    if let Err(e) = checkpoint::save(&s.trainer, shard, &s.corpus, &s.run_dir) {
+        tracing::error!(error = %e, "cannot write checkpoint; training goes on");
+    }
+}
+
+fn finish(s: &mut WorkerSetup, out: &mpsc::Sender<FromWorker>) {
+    save(s);
+    let val_loss = s.trainer.evaluate();
+    let state = s.trainer.state();
+    let _ = out.blocking_send(FromWorker::Finished {
+        step: state.step,
+        tokens: state.tokens,
+        val_loss,
+        val_bpb: bits_per_byte(val_loss),
+    });
+}

@@ -1,0 +1,70 @@
+//! The product end to end: `atoll demo` starts real `atoll run` processes that train on
+//! the embedded corpus, gossip deltas over libp2p on 127.0.0.1 and merge them with no
+//! leader. A tiny model and a short period keep it to seconds; the default model's numbers
+//! are in bench/RESULTS.md.
+
+use std::path::Path;
+use std::process::Command;
+
+use atoll::data::Corpus;
+use atoll::manifest::Manifest;
+use atoll::proto::RawSettings;
+use atoll::train::TrainConfig;
+
+fn tiny_manifest(dir: &Path) -> std::path::PathBuf {
+    let corpus = Corpus::embedded().unwrap();
+    let mut train = TrainConfig::tiny(5);
+    train.val_every = 20;
+    train.schedule.decay_steps = 200;
+    // Rounds of 200 ms: many merges within the run.
+    let protocol = RawSettings { h: 10, step_ms: 20, grace_cap_ms: 40, ..RawSettings::default() };
+    let m = Manifest::new("demo-test", train, &corpus, protocol);
+    let path = dir.join("tiny.json");
+    std::fs::write(&path, m.to_bytes()).unwrap();
+    path
+}
+
+#[test]
+fn three_peers_train_merge_and_end_with_identical_anchors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tiny_manifest(tmp.path());
+    let run_dir = tmp.path().join("demo");
+    let out = Command::new(env!("CARGO_BIN_EXE_atoll"))
+        .args(["demo", "--peers", "3", "--steps", "200", "--timeout", "240"])
+        .arg("--run-dir")
+        .arg(&run_dir)
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "demo failed\nstdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(run_dir.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["anchors_agree"], true, "{summary:#}");
+    let peers = summary["peers"].as_array().unwrap();
+    assert_eq!(peers.len(), 3);
+    for p in peers {
+        assert_eq!(p["steps"], 200, "{p:#}");
+        let bpb = p["final_val_bpb"].as_f64().unwrap();
+        // The tiny model starts at 8 bits per byte (uniform over 256).
+        assert!(bpb < 7.0, "final val_bpb {bpb}");
+        assert!(p["bytes_sent"].as_u64().unwrap() > 0);
+        assert_eq!(p["anchor_hashes"].as_array().unwrap().len(), 4);
+    }
+    // The anchors moved away from the initial parameters: merges happened on every peer.
+    for i in 0..3 {
+        let status: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(run_dir.join(format!("peer-{i}/status.json"))).unwrap(),
+        )
+        .unwrap();
+        let merges = status["training"]["merges"].as_u64().unwrap();
+        assert!(merges >= 4, "peer {i} merged {merges} rounds");
+        assert_eq!(status["running"], false);
+    }
+    assert!(summary["consensus_distance"].as_f64().unwrap() < 1e-6, "{summary:#}");
+}
