@@ -42,9 +42,10 @@ use worker::{FromWorker, ToWorker, WorkerSetup};
 
 /// How often `status.json` is rewritten.
 const STATUS_PERIOD: Duration = Duration::from_millis(500);
-/// Periods without any merge after which a trained peer considers the swarm quiet...
-const QUIET_PERIODS: u64 = 2;
-/// ...and never less than this (peers that start a little later must get their turn).
+/// A trained peer considers the swarm quiet when no fragment changed for a whole period
+/// plus the grace cap plus this margin (every fragment then had a round with nothing to
+/// merge), and never less than [`QUIET_MIN_MS`] (peers that start later get their turn).
+const QUIET_MARGIN_MS: u64 = 1_000;
 const QUIET_MIN_MS: u64 = 5_000;
 
 /// Everything a training peer needs.
@@ -251,6 +252,11 @@ struct Loop {
 }
 
 impl Loop {
+    fn quiet_ms(&self) -> Millis {
+        let grace = self.proto.settings().raw().grace_cap_ms;
+        (self.period + grace + QUIET_MARGIN_MS).max(QUIET_MIN_MS)
+    }
+
     fn now(&self) -> Millis {
         status::unix_ms().saturating_sub(self.epoch)
     }
@@ -320,7 +326,7 @@ impl Loop {
                     }
                     if self.status.trained && !self.finishing
                         && self.now().saturating_sub(self.last_change)
-                            > (QUIET_PERIODS * self.period).max(QUIET_MIN_MS)
+                            > self.quiet_ms()
                     {
                         tracing::info!("trained and the swarm is quiet; finishing");
                         self.finish().await;

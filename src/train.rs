@@ -44,7 +44,7 @@ impl Default for TrainConfig {
     fn default() -> Self {
         Self {
             model: ModelConfig::new(),
-            batch: 16,
+            batch: 8,
             schedule: LrSchedule::default(),
             beta1: 0.9,
             beta2: 0.95,

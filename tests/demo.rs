@@ -17,7 +17,8 @@ fn tiny_manifest(dir: &Path) -> std::path::PathBuf {
     train.val_every = 20;
     train.schedule.decay_steps = 200;
     // Rounds of 200 ms: many merges within the run.
-    let protocol = RawSettings { h: 10, step_ms: 20, grace_cap_ms: 40, ..RawSettings::default() };
+    let protocol =
+        RawSettings { h: 10, step_ms: 20, grace_cap_ms: 40, ..atoll::manifest::default_protocol() };
     let m = Manifest::new("demo-test", train, &corpus, protocol);
     let path = dir.join("tiny.json");
     std::fs::write(&path, m.to_bytes()).unwrap();

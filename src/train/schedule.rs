@@ -15,7 +15,7 @@ pub struct LrSchedule {
 
 impl Default for LrSchedule {
     fn default() -> Self {
-        Self { peak: 2e-3, warmup: 20, decay_steps: 1000, floor: 0.1 }
+        Self { peak: 4e-3, warmup: 20, decay_steps: 1000, floor: 0.1 }
     }
 }
 
