@@ -138,6 +138,8 @@ pub async fn run(
         step = trainer.state().step, shard = ?opts.shard, "training peer started"
     );
 
+    // A resumed peer reports its checkpoint's progress from its first status file on.
+    let (resumed_step, resumed_tokens) = (trainer.state().step, trainer.state().tokens);
     let (to_worker, worker_rx) = mpsc::channel(256);
     let (worker_tx, from_worker) = mpsc::channel(256);
     let setup = WorkerSetup {
@@ -170,6 +172,8 @@ pub async fn run(
         status: TrainingStatus {
             manifest_id: opts.manifest.run_id().short(),
             target_step: opts.target_step,
+            step: resumed_step,
+            tokens: resumed_tokens,
             param_count,
             ..TrainingStatus::default()
         },
@@ -177,6 +181,8 @@ pub async fn run(
         finishing: false,
     };
     let result = lp.drive(&mut node.events, from_worker, opts.duration, stop).await;
+    // Closing the command channel ends a worker that is still running (after an error).
+    lp.to_worker = mpsc::channel(1).0;
     let _ = worker.join();
     let last = lp.client.stats().await;
     node.handle.shutdown().await?;
