@@ -27,6 +27,10 @@ use crate::error::{FetchError, NetError};
 pub const INFLIGHT_PER_SOURCE: usize = 4;
 /// Sources asked for the manifest at once.
 const MANIFEST_PARALLEL: usize = 4;
+/// Once one source has answered with the manifest, how long the others of its batch may
+/// still answer to join the transfer. A stalled source (paused process, dead link) must
+/// not hold the fetch until its request times out.
+const MANIFEST_STRAGGLE: std::time::Duration = std::time::Duration::from_millis(250);
 /// `Busy` answers a source may give before it is dropped from this fetch.
 const MAX_BUSY: u32 = 8;
 
@@ -68,11 +72,18 @@ async fn fetch_manifest(
                 (peer, res)
             })
             .collect();
-        while let Some((peer, res)) = asks.next().await {
+        let mut cutoff: Option<tokio::time::Instant> = None;
+        loop {
+            let next = match cutoff {
+                None => asks.next().await,
+                Some(at) => tokio::time::timeout_at(at, asks.next()).await.unwrap_or(None),
+            };
+            let Some((peer, res)) = next else { break };
             match res {
                 Ok(BlobResponse::Manifest(m)) if m.verify(&hash) => {
                     holders.push(peer);
                     found.get_or_insert(m);
+                    cutoff.get_or_insert_with(|| tokio::time::Instant::now() + MANIFEST_STRAGGLE);
                 }
                 Ok(BlobResponse::Manifest(_)) | Ok(BlobResponse::Chunk(_)) => {
                     warn!(peer = %peer, blob = %hash, "peer sent a manifest that does not match");
