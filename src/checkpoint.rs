@@ -6,7 +6,9 @@
 //! model (burnpack) | optim (burnpack) | blake3 of everything before (32 bytes)`.
 //! Writes go to a temporary file in the same directory, are fsynced, then renamed over the
 //! old checkpoint, and the directory is fsynced: a crash at any instant leaves either the
-//! old or the new checkpoint, never a mix.
+//! old or the new checkpoint, never a mix. A killed write's temporary file is never read
+//! and is overwritten by the next write; a failed one (full disk) is removed at once.
+//! tests/disk.rs SIGKILLs `atoll train` mid-write and fills a disk under `atoll run`.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -109,22 +111,44 @@ pub fn save(
     Ok(path)
 }
 
-/// Writes `bytes` to `path` through a fsynced temporary file and a rename.
+/// The temporary file [`write_atomic`] writes before renaming it to `path`: a hidden
+/// `.NAME.tmp` next to it, so it is on the same file system (the rename is atomic) and never
+/// has the real file's name (a loader that opens `path` can never see it).
+///
+/// The name is fixed rather than unique per writer: the leftover of a write that was killed
+/// is truncated and reused by the next write instead of piling up, one checkpoint-sized
+/// file per crash, on a disk that may be nearly full. The cost: two writers of the same
+/// `path` at once would share it; each path has one writer (the training thread writes the
+/// checkpoint, the node loop the anchors).
+pub fn temp_path(path: &Path) -> PathBuf {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    path.with_file_name(format!(".{name}.tmp"))
+}
+
+/// Writes `bytes` to `path` so that a crash at any instant leaves either the old file or
+/// the new one: temporary file ([`temp_path`]), fsync, rename over `path`, fsync of the
+/// directory (which makes the rename itself durable).
+///
+/// On an error (a full disk) the temporary file is removed, so a failed write holds no
+/// space, and `path` is untouched.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(
-        ".{}.tmp",
-        path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
-    ));
-    {
-        let mut file = std::fs::File::create(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
+    let tmp = temp_path(path);
+    let written = write_synced(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = written {
+        // Best effort: the write already failed, and a leftover is overwritten next time.
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
     }
-    std::fs::rename(&tmp, path)?;
-    // Persist the rename itself.
     std::fs::File::open(dir)?.sync_all()
+}
+
+/// Creates (or truncates a leftover) `path`, writes `bytes` and fsyncs them.
+fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut file = std::fs::File::create(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
 }
 
 /// Reads and verifies the checkpoint at `path`. Never returns unverified data.

@@ -1,9 +1,11 @@
 //! One module per subcommand. Each exposes `Args` (clap) and `main(Args) -> anyhow::Result<()>`.
 
+pub mod chaos;
 pub mod demo;
 pub mod run;
 pub mod sample;
 pub mod status;
+pub mod swarm;
 pub mod train;
 
 /// Logs go to stderr; `RUST_LOG` overrides the default level (`info`).

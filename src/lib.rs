@@ -15,8 +15,10 @@
 //! - [`manifest`]: the run manifest (everything peers must share) and the run id.
 //! - [`node`]: a training peer: trainer thread + protocol core + `atoll-net`.
 //! - [`sample`]: text generation from a trained model.
+//! - [`chaos`]: the chaos harness's seeded fault schedule and its goodput/uptime figures.
 
 pub mod backend;
+pub mod chaos;
 pub mod checkpoint;
 pub mod data;
 pub mod delta;

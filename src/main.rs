@@ -22,6 +22,9 @@ enum Command {
     Run(cmd::run::Args),
     /// Run a local swarm: N peer processes on loopback training together.
     Demo(cmd::demo::Args),
+    /// Run a local swarm under a seeded schedule of kills, restarts and pauses, and
+    /// report goodput, uptime and loss against a failure-free run.
+    Chaos(cmd::chaos::Args),
     /// Print the status of a running (or stopped) peer.
     Status(cmd::status::Args),
 }
@@ -34,6 +37,7 @@ fn main() -> std::process::ExitCode {
         Command::Sample(args) => cmd::sample::main(args),
         Command::Run(args) => cmd::run::main(args),
         Command::Demo(args) => cmd::demo::main(args),
+        Command::Chaos(args) => cmd::chaos::main(args),
         Command::Status(args) => cmd::status::main(args),
     };
     match result {

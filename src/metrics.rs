@@ -45,16 +45,32 @@ impl MetricsLog {
     }
 
     pub fn append(&self, record: &MetricsRecord) -> std::io::Result<()> {
-        let mut line = serde_json::to_vec(record).map_err(std::io::Error::other)?;
-        line.push(b'\n');
-        let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&self.path)?;
-        file.write_all(&line)
+        append_jsonl(&self.path, record)
     }
 
     /// Every record in the file (lines that do not parse are skipped: a crash can cut the
     /// last line short).
     pub fn read(run_dir: &Path) -> std::io::Result<Vec<MetricsRecord>> {
-        let text = std::fs::read_to_string(run_dir.join(FILE_NAME))?;
-        Ok(text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect())
+        read_jsonl(&run_dir.join(FILE_NAME))
     }
+}
+
+/// Appends one JSON object as a line (one `write` call, so a reader never sees half of a
+/// line that was written whole). A write cut short (full disk) is truncated away, so the
+/// next record does not run into it.
+pub fn append_jsonl<T: Serialize>(path: &Path, record: &T) -> std::io::Result<()> {
+    let mut line = serde_json::to_vec(record).map_err(std::io::Error::other)?;
+    line.push(b'\n');
+    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+    let len = file.metadata()?.len();
+    file.write_all(&line).inspect_err(|_| {
+        let _ = file.set_len(len);
+    })
+}
+
+/// Every line of a JSON-lines file that parses as `T`; the others (a line a crash cut
+/// short) are skipped.
+pub fn read_jsonl<T: serde::de::DeserializeOwned>(path: &Path) -> std::io::Result<Vec<T>> {
+    let text = std::fs::read_to_string(path)?;
+    Ok(text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect())
 }

@@ -14,6 +14,7 @@
 //! its final anchors, evaluates them and exits.
 
 pub mod anchors;
+pub mod ledger;
 pub mod status;
 mod wire;
 pub mod worker;
@@ -47,6 +48,8 @@ const STATUS_PERIOD: Duration = Duration::from_millis(500);
 /// merge), and never less than [`QUIET_MIN_MS`] (peers that start later get their turn).
 const QUIET_MARGIN_MS: u64 = 1_000;
 const QUIET_MIN_MS: u64 = 5_000;
+/// How long after a run peer connects this peer announces its states again for it.
+const REANNOUNCE_DELAY_MS: u64 = 1_000;
 
 /// Everything a training peer needs.
 pub struct NodeOptions {
@@ -59,7 +62,8 @@ pub struct NodeOptions {
     pub net: NetConfig,
     /// Inner steps to train (in total, counting a resumed run's earlier steps).
     pub target_step: Option<u64>,
-    /// Leave after this long, trained or not.
+    /// Train for this long, then finish as at the step target (merge until the swarm is
+    /// quiet, evaluate, exit).
     pub duration: Option<Duration>,
     pub checkpoint_every: u64,
 }
@@ -112,6 +116,7 @@ pub async fn run(
     opts.manifest.check_corpus(&opts.corpus)?;
     std::fs::create_dir_all(&opts.run_dir)
         .with_context(|| format!("cannot create run dir {}", opts.run_dir.display()))?;
+    let started_unix_ms = status::unix_ms();
     let (mut trainer, fresh) = open_trainer(&opts)?;
     let plan = FragmentPlan::new(&tensor_specs(trainer.model()), settings.raw().fragments)?;
     let param_count = plan.numel();
@@ -140,6 +145,11 @@ pub async fn run(
 
     // A resumed peer reports its checkpoint's progress from its first status file on.
     let (resumed_step, resumed_tokens) = (trainer.state().step, trainer.state().tokens);
+    // A fresh peer joining a swarm that has merged already first takes the swarm's anchors
+    // (from several donors at once), then trains: steps on the initial parameters would be
+    // wasted, and their delta would pull the swarm back.
+    let clock = started_unix_ms.saturating_sub(opts.manifest.epoch_unix_ms);
+    let late = fresh && (0..plan.len()).any(|p| proto.schedule().current_round(p, clock) > 1);
     let (to_worker, worker_rx) = mpsc::channel(256);
     let (worker_tx, from_worker) = mpsc::channel(256);
     let setup = WorkerSetup {
@@ -149,12 +159,14 @@ pub async fn run(
         run_dir: opts.run_dir.clone(),
         target_step: opts.target_step,
         checkpoint_every: opts.checkpoint_every.max(1),
+        hold: late,
     };
     let worker = std::thread::Builder::new()
         .name("atoll-trainer".into())
         .spawn(move || worker::run(setup, worker_rx, worker_tx))
         .context("cannot start the training thread")?;
 
+    let proto_id = ledger::peer_hex(proto_peer(&client.peer_id()));
     let mut lp = Loop {
         epoch: opts.manifest.epoch_unix_ms,
         run_id: opts.manifest.run_id(),
@@ -174,12 +186,21 @@ pub async fn run(
             target_step: opts.target_step,
             step: resumed_step,
             tokens: resumed_tokens,
+            tokens_at_start: resumed_tokens,
+            proto_id,
             param_count,
             ..TrainingStatus::default()
         },
         last_change: 0,
         finishing: false,
+        ledger: ledger::Ledger::new(&opts.run_dir),
+        started_unix_ms,
+        reannounce_at: None,
+        holding: late.then_some(clock + settings.period_ms() * 2 + QUIET_MARGIN_MS),
     };
+    if late {
+        tracing::info!("joining a running swarm: fetching its anchors before training");
+    }
     let result = lp.drive(&mut node.events, from_worker, opts.duration, stop).await;
     // Closing the command channel ends a worker that is still running (after an error).
     lp.to_worker = mpsc::channel(1).0;
@@ -188,7 +209,9 @@ pub async fn run(
     node.handle.shutdown().await?;
     if let Ok(stats) = last {
         let path = opts.run_dir.join(status::FILE_NAME);
-        status::write(&path, false, stats, Some(lp.status.clone()))?;
+        if let Err(e) = status::write(&path, false, stats, Some(lp.status.clone())) {
+            tracing::warn!(path = %path.display(), error = %e, "cannot write the final status");
+        }
     }
     result
 }
@@ -255,6 +278,13 @@ struct Loop {
     /// Last time (run timeline) a fragment state changed or training advanced.
     last_change: Millis,
     finishing: bool,
+    ledger: ledger::Ledger,
+    started_unix_ms: u64,
+    /// Until when (run timeline) a late joiner waits for the swarm's anchors before its
+    /// first step; `None` once it trains.
+    holding: Option<Millis>,
+    /// When to announce our states again for peers that joined.
+    reannounce_at: Option<Millis>,
 }
 
 impl Loop {
@@ -276,6 +306,7 @@ impl Loop {
     ) -> anyhow::Result<NodeReport> {
         tokio::pin!(stop);
         let deadline = duration.map(|d| tokio::time::Instant::now() + d);
+        let mut stopping = false;
         let started = self.proto.start(self.now());
         self.carry_out(started).await;
         self.refresh_status();
@@ -287,9 +318,10 @@ impl Loop {
             tokio::select! {
                 biased;
                 _ = &mut stop, if !self.finishing => self.finish().await,
-                _ = async { tokio::time::sleep_until(deadline.unwrap_or_else(tokio::time::Instant::now)).await }, if deadline.is_some() && !self.finishing => {
-                    tracing::info!("--duration reached");
-                    self.finish().await
+                _ = async { tokio::time::sleep_until(deadline.unwrap_or_else(tokio::time::Instant::now)).await }, if deadline.is_some() && !self.finishing && !stopping => {
+                    tracing::info!("--duration reached; training stops");
+                    stopping = true;
+                    let _ = self.to_worker.send(ToWorker::StopTraining).await;
                 }
                 msg = from_worker.recv() => match msg {
                     Some(FromWorker::Finished { step, tokens, val_loss, val_bpb }) => {
@@ -324,6 +356,11 @@ impl Loop {
                     }
                 }
                 _ = tick.tick() => {
+                    self.release_if_caught_up().await;
+                    if self.reannounce_at.is_some_and(|at| at <= self.now()) {
+                        self.reannounce_at = None;
+                        self.announce_states();
+                    }
                     self.refresh_status();
                     if let Ok(stats) = self.client.stats().await {
                         if let Err(e) = status::write(&status_path, true, stats, Some(self.status.clone())) {
@@ -356,6 +393,42 @@ impl Loop {
         let _ = self.to_worker.send(ToWorker::Finish).await;
     }
 
+    /// Lets a held late joiner take its first step once every fragment caught up with the
+    /// swarm, or when its wait is over (nobody answered: the run's initial anchors it is).
+    async fn release_if_caught_up(&mut self) {
+        let Some(until) = self.holding else { return };
+        let p = self.proto.settings().raw().fragments;
+        let caught_up = (0..p).all(|i| self.proto.caught_up(i));
+        if !caught_up && self.now() < until {
+            return;
+        }
+        self.holding = None;
+        let rounds: Vec<u64> = (0..p).map(|i| self.proto.state(i).round).collect();
+        if caught_up {
+            tracing::info!(?rounds, "holding the swarm's anchors; training starts");
+        } else {
+            tracing::warn!(?rounds, "not caught up with the swarm in time; training starts anyway");
+        }
+        let _ = self.to_worker.send(ToWorker::Start).await;
+    }
+
+    /// Announces the state of every fragment that has merged at least once.
+    fn announce_states(&mut self) {
+        for p in 0..self.proto.settings().raw().fragments {
+            let state = self.proto.state(p);
+            if state.round == 0 {
+                continue;
+            }
+            let msg = Message::State(crate::proto::StateAnnounce {
+                fragment: p as u32,
+                round: state.round,
+                hash: self.proto.state_hash(p),
+                size: state.wire_len() as u64,
+            });
+            self.broadcast(msg);
+        }
+    }
+
     fn refresh_status(&mut self) {
         let p = self.proto.settings().raw().fragments;
         self.status.round = (0..p).map(|i| self.proto.state(i).round).collect();
@@ -378,8 +451,15 @@ impl Loop {
                 let outs = self.proto.handle(ev, self.now());
                 self.carry_out(outs).await;
             }
-            FromWorker::Step { step, loss, tokens_per_s } => {
+            FromWorker::Step { step, tokens, loss, tokens_per_s } => {
+                if self.status.join_ms.is_none() {
+                    let ms = status::unix_ms().saturating_sub(self.started_unix_ms);
+                    self.status.join_ms = Some(ms);
+                    self.status.join_rounds = self.status.round.clone();
+                    tracing::info!(ms, "first inner step");
+                }
                 self.status.step = step;
+                self.status.tokens = tokens;
                 self.status.loss = Some(loss);
                 self.status.tokens_per_s = tokens_per_s;
                 self.last_change = self.now();
@@ -393,7 +473,7 @@ impl Loop {
                 self.status.trained = true;
                 self.status.step = step;
                 self.last_change = self.now();
-                tracing::info!(step, "step target reached; merging until the swarm is quiet");
+                tracing::info!(step, "training done; merging until the swarm is quiet");
             }
             FromWorker::Finished { .. } | FromWorker::Failed(_) => {}
         }
@@ -421,6 +501,9 @@ impl Loop {
             }
             NetEvent::RunPeerJoined(p) => {
                 self.peers.insert(proto_peer(&p), p);
+                // A newcomer learns where the swarm is from state announcements; ours come
+                // once per period, so say it again (once its subscription has reached us).
+                self.reannounce_at.get_or_insert(self.now() + REANNOUNCE_DELAY_MS);
             }
             NetEvent::RunPeerLeft(_) => {}
             NetEvent::PeerPenalised { peer, reason } => {
@@ -472,7 +555,9 @@ impl Loop {
                     }
                 }
                 Output::Broadcast(msg) => self.broadcast(msg),
-                Output::Fetch { from, hash, max_len } => self.fetch(from, hash, max_len),
+                Output::Fetch { from, also, hash, max_len } => {
+                    self.fetch(from, &also, hash, max_len)
+                }
                 Output::Apply(a) => {
                     if !self.finishing {
                         let _ = self.to_worker.send(ToWorker::Apply(a)).await;
@@ -480,6 +565,7 @@ impl Loop {
                 }
                 Output::Merged(r) => {
                     self.status.merges += 1;
+                    self.ledger.record(status::unix_ms(), &r);
                     self.last_change = self.now();
                     tracing::debug!(
                         fragment = r.fragment,
@@ -536,9 +622,13 @@ impl Loop {
         });
     }
 
-    fn fetch(&mut self, from: PeerId, hash: ContentHash, max_len: u64) {
+    /// Fetches from `from` and every other holder at once: atoll-net spreads the chunks
+    /// over them and resumes from the others when one leaves (a late joiner's state comes
+    /// from several donors).
+    fn fetch(&mut self, from: PeerId, also: &[PeerId], hash: ContentHash, max_len: u64) {
         let client = self.client.clone();
-        let sources: Vec<atoll_net::PeerId> = self.peers.get(&from).copied().into_iter().collect();
+        let sources: Vec<atoll_net::PeerId> =
+            std::iter::once(&from).chain(also).filter_map(|p| self.peers.get(p).copied()).collect();
         self.fetches.spawn(async move {
             match client.fetch_blob_limited(BlobHash(hash.0), &sources, max_len).await {
                 Ok(bytes) => Event::Fetched { from, hash, bytes: Arc::from(&bytes[..]) },

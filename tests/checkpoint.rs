@@ -1,4 +1,5 @@
-//! Checkpoints: an exact resume, and every kind of damaged file detected and refused.
+//! Checkpoints: an exact resume, every kind of damaged file detected and refused, and
+//! atomic writes that survive a leftover temporary file and fail without damage.
 
 use atoll::backend::Backend;
 use atoll::checkpoint::{self, CheckpointError};
@@ -83,4 +84,49 @@ fn a_checkpoint_of_other_data_or_none_is_a_clear_error() {
     let empty = tempfile::tempdir().unwrap();
     let err = checkpoint::load(&checkpoint::path_in(empty.path())).unwrap_err();
     assert!(matches!(err, CheckpointError::Missing(_)), "{err}");
+}
+
+#[test]
+fn a_leftover_temporary_file_is_never_loaded_and_does_not_break_the_next_save() {
+    let dir = tempfile::tempdir().unwrap();
+    let (corpus, mut t) = saved_run(dir.path());
+    let path = checkpoint::path_in(dir.path());
+    let temp = checkpoint::temp_path(&path);
+    assert_ne!(temp, path);
+    assert_eq!(temp.parent(), path.parent(), "the rename must stay on one file system");
+    // What a write killed halfway leaves behind.
+    let good = std::fs::read(&path).unwrap();
+    std::fs::write(&temp, &good[..good.len() / 2]).unwrap();
+    assert_eq!(checkpoint::load(&path).unwrap().meta.state.step, 3);
+
+    t.step();
+    checkpoint::save(&t, t.dataset().shard(), &corpus, dir.path()).unwrap();
+    assert!(!temp.exists(), "the leftover was not replaced");
+    assert_eq!(checkpoint::load(&path).unwrap().meta.state.step, 4);
+}
+
+#[test]
+fn a_failed_write_keeps_the_old_file_and_holds_no_space() {
+    let dir = tempfile::tempdir().unwrap();
+    let (corpus, mut t) = saved_run(dir.path());
+    let path = checkpoint::path_in(dir.path());
+    let temp = checkpoint::temp_path(&path);
+    t.step();
+    // The temporary file cannot be created: the error names the checkpoint, the old one
+    // is untouched.
+    std::fs::create_dir_all(temp.join("in-the-way")).unwrap();
+    let err = checkpoint::save(&t, t.dataset().shard(), &corpus, dir.path()).unwrap_err();
+    assert!(matches!(err, CheckpointError::Io { .. }), "{err}");
+    assert!(err.to_string().contains(&path.display().to_string()), "{err}");
+    assert_eq!(checkpoint::load(&path).unwrap().meta.state.step, 3);
+    std::fs::remove_dir_all(&temp).unwrap();
+
+    // The rename fails after the data was written: the temporary file is removed.
+    let target = dir.path().join("blocked");
+    std::fs::create_dir_all(target.join("in-the-way")).unwrap();
+    assert!(checkpoint::write_atomic(&target, b"some bytes").is_err());
+    assert!(!checkpoint::temp_path(&target).exists(), "a failed write left its temporary file");
+
+    checkpoint::save(&t, t.dataset().shard(), &corpus, dir.path()).unwrap();
+    assert_eq!(checkpoint::load(&path).unwrap().meta.state.step, 4);
 }

@@ -3,26 +3,18 @@
 //! leader. A tiny model and a short period keep it to seconds; the default model's numbers
 //! are in bench/RESULTS.md.
 
-use std::path::Path;
+mod common;
+
 use std::process::Command;
 
-use atoll::data::Corpus;
-use atoll::manifest::Manifest;
-use atoll::proto::RawSettings;
 use atoll::train::TrainConfig;
 
-fn tiny_manifest(dir: &Path) -> std::path::PathBuf {
-    let corpus = Corpus::embedded().unwrap();
+fn tiny_manifest(dir: &std::path::Path) -> std::path::PathBuf {
     let mut train = TrainConfig::tiny(5);
     train.val_every = 20;
     train.schedule.decay_steps = 200;
     // Rounds of 200 ms: many merges within the run.
-    let protocol =
-        RawSettings { h: 10, step_ms: 20, grace_cap_ms: 40, ..atoll::manifest::default_protocol() };
-    let m = Manifest::new("demo-test", train, &corpus, protocol);
-    let path = dir.join("tiny.json");
-    std::fs::write(&path, m.to_bytes()).unwrap();
-    path
+    common::write_manifest(dir.join("tiny.json"), &common::tiny_manifest("demo-test", train))
 }
 
 #[test]

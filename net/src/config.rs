@@ -1,5 +1,6 @@
 //! Node configuration: what a caller sets, validated once at start.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use libp2p::identity::Keypair;
@@ -41,6 +42,9 @@ pub struct NetConfig {
     pub discovery_interval: Duration,
     /// Timeout of one blob request.
     pub request_timeout: Duration,
+    /// Fault injection (tests only): peers listed in this file are refused and
+    /// disconnected; see [`crate::fault`]. `None` in normal runs.
+    pub block_list: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for NetConfig {
@@ -53,6 +57,7 @@ impl std::fmt::Debug for NetConfig {
             .field("mdns", &self.mdns)
             .field("max_upload_bytes_per_sec", &self.max_upload_bytes_per_sec)
             .field("store_budget", &self.store_budget)
+            .field("block_list", &self.block_list)
             .finish_non_exhaustive()
     }
 }
@@ -70,6 +75,7 @@ impl NetConfig {
             store_budget: DEFAULT_STORE_BUDGET,
             discovery_interval: DEFAULT_DISCOVERY_INTERVAL,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            block_list: None,
         }
     }
 

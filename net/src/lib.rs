@@ -13,6 +13,7 @@
 //! - [`announce`]: the versioned envelope of announcements and its checks.
 //! - [`blob`]: content addressing, verified chunk manifests, the store, the wire protocol
 //!   and multi-source fetching.
+//! - [`fault`]: fault injection for tests (a block list re-read from a file).
 //! - [`limiter`]: the upload cap (token bucket).
 //! - [`counters`]: byte counters, reject reasons and the [`NetStats`] snapshot.
 //! - [`error`]: typed errors.
@@ -39,6 +40,7 @@ pub mod client;
 pub mod config;
 pub mod counters;
 pub mod error;
+pub mod fault;
 pub mod identity;
 pub mod limiter;
 pub mod node;

@@ -4,6 +4,7 @@
 //! that one wrapper around the muxer counts the bytes of all protocols on both transports;
 //! libp2p's own bandwidth metrics would pull in prometheus for one pair of numbers.
 
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -23,6 +24,10 @@ use crate::error::NetError;
 
 /// Time allowed for the noise and yamux handshakes of a TCP connection.
 const TCP_UPGRADE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time allowed for closing a connection. libp2p waits for the muxer's close without a
+/// limit, and a peer behind a silent partition never acknowledges it: the connection would
+/// stay "established" (and the peer a run peer) for as long as TCP retries, ~15 min.
+pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Builds the counted TCP-or-QUIC transport for `key`.
 pub fn build(
@@ -42,16 +47,20 @@ pub fn build(
                 Either::Left((peer, m)) => (peer, StreamMuxerBox::new(m)),
                 Either::Right((peer, m)) => (peer, StreamMuxerBox::new(m)),
             };
-            let counted = CountingMuxer { inner: muxer, counters: counters.clone() };
+            let counted =
+                CountingMuxer { inner: muxer, counters: counters.clone(), close_deadline: None };
             (peer, StreamMuxerBox::new(counted))
         })
         .boxed())
 }
 
-/// A muxer whose substreams count their bytes into [`Counters::transport`].
+/// A muxer whose substreams count their bytes into [`Counters::transport`], and whose close
+/// gives up after [`CLOSE_TIMEOUT`].
 struct CountingMuxer {
     inner: StreamMuxerBox,
     counters: Arc<Counters>,
+    /// Set on the first `poll_close`.
+    close_deadline: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl CountingMuxer {
@@ -81,7 +90,14 @@ impl StreamMuxer for CountingMuxer {
     }
 
     fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), io::Error>> {
-        Pin::new(&mut self.inner).poll_close(cx)
+        if let Poll::Ready(done) = Pin::new(&mut self.inner).poll_close(cx) {
+            return Poll::Ready(done);
+        }
+        let deadline =
+            self.close_deadline.get_or_insert_with(|| Box::pin(tokio::time::sleep(CLOSE_TIMEOUT)));
+        futures::ready!(deadline.as_mut().poll(cx));
+        // Dropping the muxer drops the socket: the connection is gone for us either way.
+        Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "connection close timed out")))
     }
 
     fn poll(

@@ -3,23 +3,20 @@
 //! per peer, and ends with a summary table and `RUN_DIR/summary.json`.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use atoll::backend::Backend;
-use atoll::fragment::FragmentPlan;
-use atoll::manifest::{self, Manifest};
-use atoll::node::anchors;
+use atoll::manifest::Manifest;
 use atoll::node::status::{self, StatusFile};
-use atoll::train::TrainConfig;
-use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget};
 use serde::Serialize;
+
+use super::swarm;
 
 /// Name of the summary file in the demo's run dir.
 pub const SUMMARY_FILE: &str = "summary.json";
-/// The swarm name of demo runs.
-const DEMO_NAME: &str = "atoll-demo";
 /// How often the live lines are refreshed.
 const REFRESH: Duration = Duration::from_millis(500);
 /// Without a terminal, a plain progress line per peer this often.
@@ -96,22 +93,10 @@ struct Peer {
 
 pub fn main(args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
-    prepare_dir(&args.run_dir)?;
+    swarm::prepare_dir(&args.run_dir, &[SUMMARY_FILE])?;
     let corpus = super::train::load_corpus(args.data.as_deref())?;
-    let mut manifest = match &args.config {
-        Some(path) => Manifest::load(path)?,
-        None => {
-            let mut train = TrainConfig { seed: args.seed, ..TrainConfig::default() };
-            train.schedule.decay_steps = args.steps.max(1);
-            Manifest::new(DEMO_NAME, train, &corpus, manifest::default_protocol())
-        }
-    };
-    manifest.epoch_unix_ms = status::unix_ms();
-    manifest.validate()?;
-    manifest.check_corpus(&corpus)?;
-    let manifest_path = args.run_dir.join(manifest::FILE_NAME);
-    atoll::checkpoint::write_atomic(&manifest_path, &manifest.to_bytes())
-        .with_context(|| format!("cannot write {}", manifest_path.display()))?;
+    let manifest = swarm::manifest(args.config.as_deref(), args.seed, Some(args.steps), &corpus)?;
+    let manifest_path = swarm::save_manifest(&args.run_dir, &manifest)?;
     println!(
         "demo: {} peers × {} steps, manifest {} in {}",
         args.peers,
@@ -143,76 +128,26 @@ pub fn main(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Creates the demo dir, removing peer dirs and the summary of an earlier demo. A
-/// non-empty directory that is not a demo's is refused.
-fn prepare_dir(dir: &Path) -> anyhow::Result<()> {
-    if dir.exists() {
-        let is_demo = dir.join(manifest::FILE_NAME).exists();
-        let entries: Vec<_> = std::fs::read_dir(dir)
-            .with_context(|| format!("cannot read {}", dir.display()))?
-            .filter_map(Result::ok)
-            .collect();
-        if !is_demo && !entries.is_empty() {
-            bail!("{} exists and is not a demo directory; give another --run-dir", dir.display());
-        }
-        for e in entries {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if name.starts_with("peer-") {
-                std::fs::remove_dir_all(e.path())
-                    .with_context(|| format!("cannot remove {}", e.path().display()))?;
-            }
-        }
-        let _ = std::fs::remove_file(dir.join(SUMMARY_FILE));
-    }
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))
-}
-
-fn spawn_peer(
+fn start_peer(
     args: &Args,
     manifest: &Path,
     index: u32,
-    bootstrap: Option<&str>,
-) -> anyhow::Result<(PathBuf, Child)> {
-    let dir = args.run_dir.join(format!("peer-{index}"));
-    std::fs::create_dir_all(&dir)?;
-    let log = std::fs::File::create(dir.join("peer.log"))?;
-    let exe = std::env::current_exe().context("cannot find the atoll executable")?;
-    let mut cmd = Command::new(exe);
-    cmd.arg("run")
-        .arg("--run-dir")
-        .arg(&dir)
-        .arg("--config")
-        .arg(manifest)
-        .args(["--shard", &format!("{index}/{}", args.peers)])
-        .args(["--steps", &args.steps.to_string()])
-        .args(["--listen", "/ip4/127.0.0.1/tcp/0", "--no-mdns"])
-        .args(["--backend", args.backend.name()]);
-    if let Some(data) = &args.data {
-        cmd.arg("--data").arg(data);
-    }
-    if let Some(b) = bootstrap {
-        cmd.args(["--bootstrap", b]);
-    }
-    if std::env::var_os("RUST_LOG").is_none() {
-        cmd.env("RUST_LOG", "info");
-    }
-    let child = cmd
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .spawn()
-        .context("cannot start a peer process")?;
-    Ok((dir, child))
-}
-
-fn bar(multi: &MultiProgress, index: u32, steps: u64) -> ProgressBar {
-    let bar = multi.add(ProgressBar::new(steps));
-    let style = ProgressStyle::with_template("peer {prefix} [{bar:20}] {msg}")
-        .unwrap_or_else(|_| ProgressStyle::default_bar())
-        .progress_chars("=> ");
-    bar.set_style(style);
-    bar.set_prefix(index.to_string());
-    bar
+    bootstrap: &[String],
+    multi: &MultiProgress,
+) -> anyhow::Result<Peer> {
+    let dir = swarm::peer_dir(&args.run_dir, index);
+    let child = swarm::spawn(&swarm::Launch {
+        dir: dir.clone(),
+        manifest,
+        index,
+        peers: args.peers,
+        until: swarm::Until::Steps(args.steps),
+        backend: args.backend,
+        data: args.data.as_deref(),
+        bootstrap,
+    })?;
+    let bar = swarm::bar(multi, &index.to_string(), args.steps);
+    Ok(Peer { dir, child, bar, exit: None })
 }
 
 fn run_swarm(
@@ -222,33 +157,14 @@ fn run_swarm(
     peers: &mut Vec<Peer>,
 ) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(args.timeout);
-    let (dir0, child0) = spawn_peer(args, manifest, 0, None)?;
-    peers.push(Peer {
-        dir: dir0.clone(),
-        child: child0,
-        bar: bar(multi, 0, args.steps),
-        exit: None,
-    });
+    peers.push(start_peer(args, manifest, 0, &[], multi)?);
     // The first peer's address is the others' bootstrap.
-    let addr = loop {
-        if let Ok(s) = status::read(&dir0.join(status::FILE_NAME)) {
-            if let Some(a) = s.stats.listen_addrs.iter().find(|a| a.contains("/tcp/")) {
-                break a.clone();
-            }
-        }
-        if let Some(exit) = peers[0].child.try_wait()? {
-            bail!("peer 0 exited ({exit}) before listening:\n{}", log_tail(&dir0));
-        }
-        if Instant::now() > deadline.min(Instant::now() + Duration::from_secs(60)) {
-            bail!("peer 0 did not start listening:\n{}", log_tail(&dir0));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let first = &mut peers[0];
+    let addr = swarm::listen_addr(&first.dir, &mut first.child, 0, Duration::from_secs(60))?;
     for i in 1..args.peers {
-        let (dir, child) = spawn_peer(args, manifest, i, Some(&addr))?;
-        peers.push(Peer { dir, child, bar: bar(multi, i, args.steps), exit: None });
+        peers.push(start_peer(args, manifest, i, std::slice::from_ref(&addr), multi)?);
     }
-    let plain = !console_is_terminal();
+    let plain = !swarm::console_is_terminal();
     let mut last_plain = Instant::now();
     loop {
         let mut running = 0;
@@ -256,12 +172,11 @@ fn run_swarm(
             if p.exit.is_none() {
                 p.exit = p.child.try_wait()?;
                 if let Some(exit) = p.exit.filter(|e| !e.success()) {
-                    bail!("peer {i} failed ({exit}):\n{}", log_tail(&p.dir));
+                    bail!("peer {i} failed ({exit}):\n{}", swarm::log_tail(&p.dir));
                 }
             }
             running += usize::from(p.exit.is_none());
-            let line = live_line(&p.dir);
-            if let Some((step, msg)) = line {
+            if let Some((step, msg)) = swarm::live_line(&p.dir) {
                 p.bar.set_position(step);
                 p.bar.set_message(msg);
             }
@@ -269,7 +184,7 @@ fn run_swarm(
         if plain && last_plain.elapsed() >= PLAIN_EVERY {
             last_plain = Instant::now();
             for (i, p) in peers.iter().enumerate() {
-                if let Some((step, msg)) = live_line(&p.dir) {
+                if let Some((step, msg)) = swarm::live_line(&p.dir) {
                     println!("peer {i} step {step}/{} {msg}", args.steps);
                 }
             }
@@ -282,40 +197,6 @@ fn run_swarm(
         }
         std::thread::sleep(REFRESH);
     }
-}
-
-fn console_is_terminal() -> bool {
-    use std::io::IsTerminal;
-    std::io::stderr().is_terminal()
-}
-
-/// `(step, "loss … round … peers … sent …")` from a peer's status file.
-fn live_line(dir: &Path) -> Option<(u64, String)> {
-    let s = status::read(&dir.join(status::FILE_NAME)).ok()?;
-    let t = s.training.as_ref()?;
-    let loss = t.loss.map_or("-".into(), |l| format!("{l:.3}"));
-    let bpb = t.val_bpb.map_or("-".into(), |v| format!("{v:.3}"));
-    let round = t.round.iter().max().copied().unwrap_or(0);
-    let phase = match (t.final_val_bpb, t.trained) {
-        (Some(_), _) => " done",
-        (None, true) => " merging",
-        _ => "",
-    };
-    Some((
-        t.step,
-        format!(
-            "step {} loss {loss} val_bpb {bpb} round {round} peers {} sent {}{phase}",
-            t.step,
-            s.stats.run_peers.len(),
-            super::status::bytes(s.stats.bytes_sent)
-        ),
-    ))
-}
-
-fn log_tail(dir: &Path) -> String {
-    let text = std::fs::read_to_string(dir.join("peer.log")).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(15)..].join("\n")
 }
 
 fn summarise(
@@ -350,7 +231,7 @@ fn summarise(
     let dp = 2 * param_count as u64 * 4 * args.steps;
     let max_sent = out.iter().map(|p| p.bytes_sent).max().unwrap_or(0).max(1);
     Ok(Summary {
-        consensus_distance: consensus(manifest, peers)?,
+        consensus_distance: swarm::consensus(manifest, peers.iter().map(|p| p.dir.as_path()))?,
         anchors_agree,
         mean_final_val_bpb,
         wall_s,
@@ -361,27 +242,6 @@ fn summarise(
         manifest_id: manifest.run_id().short(),
         peers: out,
     })
-}
-
-/// Consensus distance of the peers' saved anchors, averaged over fragments.
-fn consensus(manifest: &Manifest, peers: &[Peer]) -> anyhow::Result<f64> {
-    let model = manifest.train.model.init(&Backend::Flex.device());
-    let specs = atoll::model::params::tensor_specs(&model);
-    let plan = FragmentPlan::new(&specs, manifest.protocol.fragments)?;
-    let mut states = Vec::new();
-    for p in peers {
-        match anchors::load(&p.dir, &plan) {
-            Ok(Some(s)) => states.push(s),
-            Ok(None) => bail!("{} holds no anchors", p.dir.display()),
-            Err(e) => bail!("{e}"),
-        }
-    }
-    let mut total = 0.0;
-    for f in 0..plan.len() {
-        let anchors: Vec<&[f32]> = states.iter().map(|s| s[f].anchor.as_slice()).collect();
-        total += atoll::proto::consensus_distance(&anchors);
-    }
-    Ok(total / plan.len().max(1) as f64)
 }
 
 fn print_summary(s: &Summary) {

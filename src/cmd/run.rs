@@ -48,7 +48,7 @@ pub struct Args {
     /// Train until this many inner steps in total, then merge until the swarm is quiet.
     #[arg(long, conflicts_with = "duration")]
     pub steps: Option<u64>,
-    /// Leave after this many seconds.
+    /// Train for this many seconds, then merge until the swarm is quiet.
     #[arg(long, value_name = "SECS")]
     pub duration: Option<u64>,
     /// Train on this UTF-8 text file or directory instead of the embedded corpus (must be
@@ -73,6 +73,10 @@ pub struct Args {
     /// Key file (default: RUN_DIR/peer_key); created if absent, so restarts keep the peer id.
     #[arg(long, value_name = "PATH")]
     pub key_file: Option<PathBuf>,
+    /// Testing only: refuse and disconnect the peers listed in RUN_DIR/blocked_peers (one
+    /// peer id per line, re-read every second), so a test can partition live peers.
+    #[arg(long, hide = true)]
+    pub fault_injection: bool,
 }
 
 pub fn main(args: Args) -> anyhow::Result<()> {
@@ -107,6 +111,9 @@ fn net_config(args: &Args) -> anyhow::Result<NetConfig> {
     cfg.bootstrap = args.bootstrap.clone();
     cfg.mdns = !args.no_mdns;
     cfg.max_upload_bytes_per_sec = args.max_upload_mbps.map(mbps_to_bytes_per_sec);
+    if args.fault_injection {
+        cfg.block_list = Some(args.run_dir.join(atoll_net::fault::FILE_NAME));
+    }
     Ok(cfg)
 }
 

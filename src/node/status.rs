@@ -20,6 +20,13 @@ pub struct TrainingStatus {
     pub target_step: Option<u64>,
     /// Tokens trained on.
     pub tokens: u64,
+    /// Tokens of the checkpoint this process resumed from (0 for a fresh peer): this
+    /// process computed `tokens − tokens_at_start`.
+    #[serde(default)]
+    pub tokens_at_start: u64,
+    /// The peer's id in the protocol and in `merges.jsonl` (from its libp2p id).
+    #[serde(default)]
+    pub proto_id: String,
     /// Training loss of the latest step.
     pub loss: Option<f32>,
     pub tokens_per_s: f64,
@@ -35,6 +42,12 @@ pub struct TrainingStatus {
     pub adopted: u64,
     /// Messages refused because they belong to another run manifest.
     pub foreign_messages: u64,
+    /// Milliseconds from the start of this process's node to its first inner step (a late
+    /// joiner first takes the swarm's anchors), and the fragment rounds it started from.
+    #[serde(default)]
+    pub join_ms: Option<u64>,
+    #[serde(default)]
+    pub join_rounds: Vec<u64>,
     /// Parameters of the model.
     pub param_count: usize,
     /// The step target was reached; the peer keeps merging until the swarm is quiet.

@@ -22,6 +22,12 @@ pub enum ToWorker {
     Snapshot { fragment: usize, round: u64 },
     /// Take a merged anchor between two steps.
     Apply(ApplyAnchor),
+    /// Take the first inner step (a peer joining a running swarm is held until it holds
+    /// the swarm's anchors).
+    Start,
+    /// Stop taking inner steps as if the step target were reached (checkpoint, report
+    /// [`FromWorker::Trained`]) and keep answering commands.
+    StopTraining,
     /// Stop training (the target was reached or the node is leaving): apply what came
     /// before, evaluate, checkpoint and report [`FromWorker::Finished`].
     Finish,
@@ -40,6 +46,7 @@ pub enum FromWorker {
     /// Progress after an inner step (sent when the channel has room; may be skipped).
     Step {
         step: u64,
+        tokens: u64,
         loss: f32,
         tokens_per_s: f64,
     },
@@ -56,7 +63,8 @@ pub enum FromWorker {
         val_loss: f64,
         val_bpb: f64,
     },
-    /// Training cannot go on (diverged, disk full on checkpoint, ...).
+    /// Training cannot go on (diverged, ...). A full disk is not a reason: checkpoint and
+    /// metrics failures are logged and training goes on.
     Failed(String),
 }
 
@@ -69,6 +77,8 @@ pub struct WorkerSetup {
     /// Stop training at this step (`None`: until told to finish).
     pub target_step: Option<u64>,
     pub checkpoint_every: u64,
+    /// Wait for [`ToWorker::Start`] before the first step.
+    pub hold: bool,
 }
 
 /// Runs the training thread until [`ToWorker::Finish`] or the command channel closes.
@@ -83,10 +93,11 @@ pub fn run(mut s: WorkerSetup, mut cmds: mpsc::Receiver<ToWorker>, out: mpsc::Se
     if trained {
         let _ = out.blocking_send(FromWorker::Trained { step: s.trainer.state().step });
     }
+    let mut held = s.hold;
     loop {
         // Between two steps: everything the node asked for, without waiting (once the
-        // target is reached there is nothing else to do, so then it waits).
-        let cmd = if trained {
+        // target is reached, or before the start, there is nothing else to do: it waits).
+        let cmd = if trained || held {
             cmds.blocking_recv()
         } else {
             match cmds.try_recv() {
@@ -108,6 +119,14 @@ pub fn run(mut s: WorkerSetup, mut cmds: mpsc::Receiver<ToWorker>, out: mpsc::Se
         };
         match cmd {
             None | Some(ToWorker::Finish) => return finish(&mut s, &out),
+            Some(ToWorker::Start) => held = false,
+            Some(ToWorker::StopTraining) => {
+                if !trained {
+                    trained = true;
+                    save(&s);
+                    let _ = out.blocking_send(FromWorker::Trained { step: s.trainer.state().step });
+                }
+            }
             Some(cmd) => {
                 if let Err(e) = w.command(&mut s, cmd, &out) {
                     let _ = out.blocking_send(FromWorker::Failed(e));
@@ -160,7 +179,7 @@ impl Worker {
                 out.blocking_send(msg).map_err(|_| "node stopped".to_string())
             }
             ToWorker::Apply(a) => apply(s, &a),
-            ToWorker::Finish => Ok(()), // handled by the loop
+            ToWorker::Finish | ToWorker::StopTraining | ToWorker::Start => Ok(()), // the loop's
         }
     }
 
@@ -178,7 +197,8 @@ impl Worker {
         self.window.steps += 1;
         self.window.tokens += stats.tokens as u64;
         let tokens_per_s = self.window.tokens_per_s();
-        let _ = out.try_send(FromWorker::Step { step, loss: stats.loss, tokens_per_s });
+        let tokens = s.trainer.state().tokens;
+        let _ = out.try_send(FromWorker::Step { step, tokens, loss: stats.loss, tokens_per_s });
         let last = s.target_step.is_some_and(|t| step >= t);
         if step % s.trainer.config().val_every == 0 || last {
             let val_loss = s.trainer.evaluate();
@@ -191,7 +211,15 @@ impl Worker {
                 tokens_per_s,
                 wall_s: self.started.elapsed().as_secs_f64(),
             };
-            self.log.append(&record).map_err(|e| format!("cannot append metrics: {e}"))?;
+            // Like a checkpoint, the learning curve is not worth stopping training for (a
+            // full disk); the record still goes to the node's status.
+            if let Err(e) = self.log.append(&record) {
+                let path = s.run_dir.join(crate::metrics::FILE_NAME);
+                tracing::warn!(
+                    step, path = %path.display(), error = %e,
+                    "cannot append to metrics.jsonl; training goes on"
+                );
+            }
             let _ = out.try_send(FromWorker::Validation(record));
             self.window = Window::new();
         }
@@ -218,11 +246,14 @@ fn apply(s: &mut WorkerSetup, a: &ApplyAnchor) -> Result<(), String> {
     write_fragment(s.trainer.model_mut(), spec, &values).map_err(|e| e.to_string())
 }
 
-/// Writes a checkpoint; a failure (full disk) is logged and training goes on.
+/// Writes a checkpoint; a failure (full disk) is logged and training goes on. The previous
+/// checkpoint stays as it was (`checkpoint::write_atomic`), and the next save tries again.
 fn save(s: &WorkerSetup) {
     let shard = s.trainer.dataset().shard();
     if let Err(e) = checkpoint::save(&s.trainer, shard, &s.corpus, &s.run_dir) {
-        tracing::error!(error = %e, "cannot write checkpoint; training goes on");
+        // The error names the checkpoint's path and the cause ("No space left on device").
+        let step = s.trainer.state().step;
+        tracing::error!(step, error = %e, "cannot write checkpoint; training goes on");
     }
 }
 

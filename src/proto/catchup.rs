@@ -39,6 +39,15 @@ impl Protocol {
         lane.state_fetch.is_none() && lane.votes.max_round() > done + 1
     }
 
+    /// Fragment `p` holds a state no more than one round older than the newest one heard of
+    /// (that round's merge may be under way), and some state was heard at all: what a
+    /// fresh peer joining a running swarm waits for before its first inner step.
+    pub fn caught_up(&self, p: usize) -> bool {
+        let lane = &self.lanes[p];
+        let heard = lane.votes.max_round();
+        heard > 0 && lane.state_fetch.is_none() && lane.state.round + 1 >= heard
+    }
+
     /// Reconciliation (DESIGN.md §3.2): if the state most recently heard peers hold for
     /// our round (or a later one, when we are behind) differs from ours, fetch it.
     pub(super) fn reconcile(&mut self, p: usize, now: Millis, out: &mut Vec<Output>) {

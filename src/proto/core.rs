@@ -424,10 +424,11 @@ impl Protocol {
             return;
         }
         let from = f.sources[f.attempts as usize % f.sources.len()];
+        let also = f.sources.iter().copied().filter(|&s| s != from).collect();
         f.attempts += 1;
         f.deadline = now + self.settings.raw().fetch_timeout_ms;
         self.metrics.fetches += 1;
-        out.push(Output::Fetch { from, hash, max_len: f.max_len });
+        out.push(Output::Fetch { from, also, hash, max_len: f.max_len });
         if self.sweep_at.is_none() {
             self.arm_sweep(now, out);
         }

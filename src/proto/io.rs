@@ -74,6 +74,8 @@ pub struct MergeReport {
     pub state_hash: ContentHash,
     /// Contributions merged, in canonical (hash) order.
     pub merged: Vec<ContentHash>,
+    /// Who made each of them and how many tokens it covers (same order as `merged`).
+    pub contributions: Vec<Contribution>,
     /// How many of them were made for an earlier round (late arrivals).
     pub late: usize,
     /// Time from the round opening to the merge.
@@ -84,15 +86,23 @@ pub struct MergeReport {
     pub grace_ms: Millis,
 }
 
+/// One merged contribution's origin and size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Contribution {
+    pub origin: PeerId,
+    pub tokens: u64,
+}
+
 /// Outputs.
 #[derive(Debug, Clone)]
 pub enum Output {
     /// Gossip this message (encode with [`super::encode_message`]).
     Broadcast(Message),
-    /// Fetch the payload `hash` (at most `max_len` bytes) from `from`; answer with
-    /// [`Event::Fetched`] or [`Event::FetchFailed`]. Serve others with
+    /// Fetch the payload `hash` (at most `max_len` bytes) from `from`, spreading the
+    /// transfer over the other known holders `also` where the transport can; answer with
+    /// [`Event::Fetched`] or [`Event::FetchFailed`] (naming `from`). Serve others with
     /// [`super::Protocol::serve`].
-    Fetch { from: PeerId, hash: ContentHash, max_len: u64 },
+    Fetch { from: PeerId, also: Vec<PeerId>, hash: ContentHash, max_len: u64 },
     /// Deliver [`Event::Timer`] with `timer` at time `at`.
     SetTimer { at: Millis, timer: Timer },
     /// Take a snapshot of the fragment's parameters and counters; answer with

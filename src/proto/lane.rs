@@ -2,7 +2,7 @@
 //! and the votes. Everything here is per fragment, so fragments never wait on each other.
 
 use super::fasthash::FastMap;
-use super::io::{ApplyAnchor, MergeReport, Metrics, Output};
+use super::io::{ApplyAnchor, Contribution, MergeReport, Metrics, Output};
 use super::merge::{self, Input};
 use super::reconcile::Votes;
 use super::state::FragmentState;
@@ -201,8 +201,10 @@ impl Lane {
         let shorts = merged.iter().map(ContentHash::short).collect();
         self.state.record(round, shorts, w.log_rounds());
         let mut late = 0;
+        let mut contributions = Vec::with_capacity(merged.len());
         for hash in &merged {
             if let Some(h) = self.held.get_mut(hash) {
+                contributions.push(Contribution { origin: h.origin, tokens: h.tokens });
                 late += usize::from(h.round + w.lag < round);
                 h.merged_at = Some(round);
                 h.values = None;
@@ -219,6 +221,7 @@ impl Lane {
             round,
             state_hash: self.state_hash,
             merged,
+            contributions,
             late,
             since_open_ms: now.saturating_sub(opened_at),
             waited_ms: quorum_at.map_or(0, |q| now.saturating_sub(q)),

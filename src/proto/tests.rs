@@ -70,6 +70,8 @@ fn one_round_alone_publishes_merges_and_applies() {
     });
     let report = report.expect("merged");
     assert_eq!(report.merged, vec![announce.hash]);
+    let own = crate::proto::Contribution { origin: PeerId(1), tokens: 100 };
+    assert_eq!(report.contributions, vec![own]);
     assert_eq!(report.state_hash, p.state_hash(0));
     let apply = out.iter().find_map(|o| match o {
         Output::Apply(a) => Some(a.clone()),

@@ -95,7 +95,7 @@ impl Sim {
         let inc = self.slots[i].inc;
         match o {
             Output::Broadcast(msg) => self.broadcast(i, msg),
-            Output::Fetch { from, hash, max_len } => {
+            Output::Fetch { from, hash, max_len, .. } => {
                 // The server answers when the request arrives; payloads are immutable by
                 // hash, so the answer is computed now and only its timing is simulated
                 // (one queue event per fetch instead of two).

@@ -1,7 +1,8 @@
 //! The swarm task: the only owner of the libp2p `Swarm`.
 //!
-//! `select! { biased; stop, commands, queued uploads, discovery timer, swarm events }`:
-//! local work first, so a flood from the network cannot starve the program's commands.
+//! `select! { biased; stop, commands, queued uploads, discovery timer, block-list timer,
+//! swarm events }`: local work first, so a flood from the network cannot starve the
+//! program's commands. The block-list timer runs only with fault injection on.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -27,6 +28,7 @@ use crate::client::{Command, NetEvent};
 use crate::config::{run_key, NetConfig};
 use crate::counters::{Counters, NetStats, RejectReason};
 use crate::error::NetError;
+use crate::fault::{self, BlockList};
 use crate::limiter::UploadLimiter;
 
 /// Outbound blob requests in flight at once (over all fetches).
@@ -62,6 +64,8 @@ pub(crate) struct EventLoop {
     /// The running provider lookup and when it began.
     pub(super) providers_query: Option<(QueryId, Instant)>,
     ticks: u64,
+    /// Fault injection: the peers we refuse, re-read from a file (`None` in normal runs).
+    block_list: Option<BlockList>,
 }
 
 impl EventLoop {
@@ -101,12 +105,15 @@ impl EventLoop {
             provided: false,
             providers_query: None,
             ticks: 0,
+            block_list: cfg.block_list.clone().map(BlockList::new),
         }
     }
 
     pub(crate) async fn run(mut self) {
         let mut discovery = tokio::time::interval(self.discovery_interval);
         discovery.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut block_poll = tokio::time::interval(fault::POLL_INTERVAL);
+        block_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let next_upload = self.uploads.next_at();
             let upload_sleep = tokio::time::sleep_until(
@@ -122,6 +129,7 @@ impl EventLoop {
                 },
                 _ = upload_sleep, if next_upload.is_some() => self.flush_uploads(),
                 _ = discovery.tick() => self.discover(),
+                _ = block_poll.tick(), if self.block_list.is_some() => self.poll_block_list(),
                 event = self.swarm.select_next_some() => self.on_swarm_event(event),
             }
         }
@@ -248,6 +256,32 @@ impl EventLoop {
         if self.ticks % BOOTSTRAP_EVERY == 0 {
             let _ = kad.bootstrap();
         }
+    }
+
+    /// Fault injection: applies changes of the block-list file. Blocking closes the
+    /// peer's connections (`allow_block_list` does) and refuses new ones both ways;
+    /// unblocking only lifts the refusal: reconnecting is left to discovery, as after a
+    /// real partition. The file is tiny and local, so it is read on this task.
+    fn poll_block_list(&mut self) {
+        let Some(change) = self.block_list.as_mut().and_then(BlockList::poll) else {
+            return;
+        };
+        let blocked = self.block_list.as_ref().map_or(0, BlockList::len);
+        let Some(gate) = self.swarm.behaviour_mut().blocked.as_mut() else {
+            return;
+        };
+        for p in &change.block {
+            gate.block_peer(*p);
+        }
+        for p in &change.unblock {
+            gate.unblock_peer(*p);
+        }
+        info!(
+            blocked,
+            newly_blocked = change.block.len(),
+            unblocked = change.unblock.len(),
+            "fault injection: block list changed"
+        );
     }
 
     /// A peer is in our run: note it, and dial it or announce it as joined.

@@ -5,9 +5,9 @@ use std::time::Instant;
 use libp2p::kad::{self, GetProvidersOk, QueryResult};
 use libp2p::multiaddr::Protocol;
 use libp2p::request_response::{self, Message};
-use libp2p::swarm::{DialError, SwarmEvent};
-use libp2p::{gossipsub, identify, mdns, Multiaddr, PeerId};
-use tracing::debug;
+use libp2p::swarm::{ConnectionId, DialError, ListenError, SwarmEvent};
+use libp2p::{allow_block_list, gossipsub, identify, mdns, ping, Multiaddr, PeerId};
+use tracing::{debug, info};
 
 use super::event_loop::EventLoop;
 use super::uploads::Admit;
@@ -32,6 +32,10 @@ impl EventLoop {
             SwarmEvent::ConnectionClosed { peer_id, num_established: 0, .. } => {
                 self.member_disconnected(peer_id)
             }
+            // Our own fault injection refused it: not the remote's fault.
+            SwarmEvent::IncomingConnectionError {
+                error: ListenError::Denied { cause }, ..
+            } if cause.downcast_ref::<allow_block_list::Blocked>().is_some() => {}
             SwarmEvent::IncomingConnectionError { send_back_addr, error, .. } => {
                 let who = remote_ip(&send_back_addr);
                 self.peers.reject(who, RejectReason::Handshake, &error.to_string());
@@ -59,6 +63,9 @@ impl EventLoop {
                 self.on_identify(peer_id, info)
             }
             BehaviourEvent::Kad(ev) => self.on_kad(ev),
+            BehaviourEvent::Ping(ping::Event { peer, connection, result: Err(e) }) => {
+                self.on_ping_failure(peer, connection, e)
+            }
             BehaviourEvent::Gossipsub(ev) => self.on_gossip(ev),
             BehaviourEvent::Blob(ev) => self.on_blob(ev),
             BehaviourEvent::Mdns(mdns::Event::Discovered(list)) => {
@@ -90,6 +97,18 @@ impl EventLoop {
             }
             self.swarm.behaviour_mut().kad.add_address(&peer, addr);
         }
+    }
+
+    /// Two pings in a row went unanswered: the connection is dead or silent (a partition
+    /// that drops packets leaves TCP open for many minutes). Close it, so that the peer
+    /// leaves the run peers, fetches stop waiting on it and discovery re-dials it once it
+    /// can be reached again. A peer that does not speak ping is left alone.
+    fn on_ping_failure(&mut self, peer: PeerId, connection: ConnectionId, e: ping::Failure) {
+        if matches!(e, ping::Failure::Unsupported) {
+            return;
+        }
+        info!(peer = %peer, error = %e, "connection unresponsive; closing it");
+        self.swarm.close_connection(connection);
     }
 
     /// A peer found on the LAN: connect; whether it is in our run is learnt from its

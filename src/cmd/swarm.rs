@@ -1,0 +1,239 @@
+//! Local swarms of `atoll run` processes on loopback, shared by `atoll demo` and
+//! `atoll chaos`: the run directory, starting a peer, its bootstrap address, its live line.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use atoll::backend::Backend;
+use atoll::data::Corpus;
+use atoll::fragment::FragmentPlan;
+use atoll::manifest::{self, Manifest};
+use atoll::node::anchors;
+use atoll::node::status;
+use atoll::train::TrainConfig;
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+
+/// The swarm name of local swarm runs.
+const SWARM_NAME: &str = "atoll-demo";
+
+/// When a peer stops training.
+#[derive(Debug, Clone, Copy)]
+pub enum Until {
+    Steps(u64),
+    Seconds(u64),
+}
+
+/// How to start one peer process.
+#[derive(Debug)]
+pub struct Launch<'a> {
+    pub dir: PathBuf,
+    pub manifest: &'a Path,
+    pub index: u32,
+    pub peers: u32,
+    pub until: Until,
+    pub backend: Backend,
+    pub data: Option<&'a Path>,
+    pub bootstrap: &'a [String],
+}
+
+/// The run manifest of a local swarm: `config`, or the default one with `seed` and, if
+/// given, a learning-rate decay over `decay_steps`; its epoch is set to now.
+pub fn manifest(
+    config: Option<&Path>,
+    seed: u64,
+    decay_steps: Option<u64>,
+    corpus: &Corpus,
+) -> anyhow::Result<Manifest> {
+    let mut manifest = match config {
+        Some(path) => Manifest::load(path)?,
+        None => {
+            let mut train = TrainConfig { seed, ..TrainConfig::default() };
+            if let Some(steps) = decay_steps {
+                train.schedule.decay_steps = steps.max(1);
+            }
+            Manifest::new(SWARM_NAME, train, corpus, manifest::default_protocol())
+        }
+    };
+    manifest.epoch_unix_ms = status::unix_ms();
+    manifest.validate()?;
+    manifest.check_corpus(corpus)?;
+    Ok(manifest)
+}
+
+/// Writes the manifest into a swarm dir; returns its path.
+pub fn save_manifest(dir: &Path, manifest: &Manifest) -> anyhow::Result<PathBuf> {
+    let path = dir.join(manifest::FILE_NAME);
+    atoll::checkpoint::write_atomic(&path, &manifest.to_bytes())
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(path)
+}
+
+/// Creates a swarm dir, removing peer dirs and the `outputs` of an earlier run there. A
+/// non-empty directory without a run manifest is refused.
+pub fn prepare_dir(dir: &Path, outputs: &[&str]) -> anyhow::Result<()> {
+    if dir.exists() {
+        let is_swarm = dir.join(manifest::FILE_NAME).exists();
+        let entries: Vec<_> = std::fs::read_dir(dir)
+            .with_context(|| format!("cannot read {}", dir.display()))?
+            .filter_map(Result::ok)
+            .collect();
+        if !is_swarm && !entries.is_empty() {
+            bail!("{} exists and is not a swarm directory; give another --run-dir", dir.display());
+        }
+        for e in entries {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with("peer-") || outputs.contains(&name.as_str()) {
+                let path = e.path();
+                let removed = if path.is_dir() {
+                    std::fs::remove_dir_all(&path)
+                } else {
+                    std::fs::remove_file(&path)
+                };
+                removed.with_context(|| format!("cannot remove {}", path.display()))?;
+            }
+        }
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))
+}
+
+/// The run dir of peer `index` in a swarm dir.
+pub fn peer_dir(swarm: &Path, index: u32) -> PathBuf {
+    swarm.join(format!("peer-{index}"))
+}
+
+/// Starts one `atoll run` on 127.0.0.1 (OS-chosen port, no mDNS); its output is appended
+/// to `peer.log` in its run dir, so a restarted peer's log keeps the earlier lives.
+pub fn spawn(l: &Launch<'_>) -> anyhow::Result<Child> {
+    std::fs::create_dir_all(&l.dir)
+        .with_context(|| format!("cannot create {}", l.dir.display()))?;
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(l.dir.join("peer.log"))?;
+    let exe = std::env::current_exe().context("cannot find the atoll executable")?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("run")
+        .arg("--run-dir")
+        .arg(&l.dir)
+        .arg("--config")
+        .arg(l.manifest)
+        .args(["--shard", &format!("{}/{}", l.index, l.peers)])
+        .args(["--listen", "/ip4/127.0.0.1/tcp/0", "--no-mdns"])
+        .args(["--backend", l.backend.name()]);
+    match l.until {
+        Until::Steps(n) => cmd.args(["--steps", &n.to_string()]),
+        Until::Seconds(s) => cmd.args(["--duration", &s.to_string()]),
+    };
+    if let Some(data) = l.data {
+        cmd.arg("--data").arg(data);
+    }
+    for b in l.bootstrap {
+        cmd.args(["--bootstrap", b]);
+    }
+    if std::env::var_os("RUST_LOG").is_none() {
+        cmd.env("RUST_LOG", "info");
+    }
+    cmd.stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .context("cannot start a peer process")
+}
+
+/// The TCP listen address a freshly started peer writes to its status file, for others to
+/// bootstrap from. `since_unix_ms` skips the status file of an earlier life.
+pub fn listen_addr(
+    dir: &Path,
+    child: &mut Child,
+    since_unix_ms: u64,
+    timeout: Duration,
+) -> anyhow::Result<String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(s) = status::read(&dir.join(status::FILE_NAME)) {
+            let fresh = s.running && s.pid == child.id() && s.updated_unix_ms >= since_unix_ms;
+            if let Some(a) = s.stats.listen_addrs.iter().find(|a| a.contains("/tcp/")) {
+                if fresh {
+                    return Ok(a.clone());
+                }
+            }
+        }
+        if let Some(exit) = child.try_wait()? {
+            bail!("{} exited ({exit}) before listening:\n{}", dir.display(), log_tail(dir));
+        }
+        if Instant::now() > deadline {
+            bail!("{} did not start listening:\n{}", dir.display(), log_tail(dir));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A progress bar line for one peer.
+pub fn bar(multi: &MultiProgress, prefix: &str, len: u64) -> ProgressBar {
+    let bar = multi.add(ProgressBar::new(len));
+    let style = ProgressStyle::with_template("peer {prefix} [{bar:20}] {msg}")
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ");
+    bar.set_style(style);
+    bar.set_prefix(prefix.to_string());
+    bar
+}
+
+/// Whether live lines can redraw (else plain lines are printed now and then).
+pub fn console_is_terminal() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal()
+}
+
+/// `(step, "step … loss … val_bpb … round … peers … sent …")` from a peer's status file.
+pub fn live_line(dir: &Path) -> Option<(u64, String)> {
+    let s = status::read(&dir.join(status::FILE_NAME)).ok()?;
+    let t = s.training.as_ref()?;
+    let loss = t.loss.map_or("-".into(), |l| format!("{l:.3}"));
+    let bpb = t.val_bpb.map_or("-".into(), |v| format!("{v:.3}"));
+    let round = t.round.iter().max().copied().unwrap_or(0);
+    let phase = match (t.final_val_bpb, t.trained) {
+        (Some(_), _) => " done",
+        (None, true) => " merging",
+        _ => "",
+    };
+    Some((
+        t.step,
+        format!(
+            "step {} loss {loss} val_bpb {bpb} round {round} peers {} sent {}{phase}",
+            t.step,
+            s.stats.run_peers.len(),
+            super::status::bytes(s.stats.bytes_sent)
+        ),
+    ))
+}
+
+/// The last lines of a peer's log, for error messages.
+pub fn log_tail(dir: &Path) -> String {
+    let text = std::fs::read_to_string(dir.join("peer.log")).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(15)..].join("\n")
+}
+
+/// Consensus distance of the peers' saved anchors, averaged over fragments.
+pub fn consensus<'a>(
+    manifest: &Manifest,
+    dirs: impl Iterator<Item = &'a Path>,
+) -> anyhow::Result<f64> {
+    let model = manifest.train.model.init(&Backend::Flex.device());
+    let specs = atoll::model::params::tensor_specs(&model);
+    let plan = FragmentPlan::new(&specs, manifest.protocol.fragments)?;
+    let mut states = Vec::new();
+    for dir in dirs {
+        match anchors::load(dir, &plan) {
+            Ok(Some(s)) => states.push(s),
+            Ok(None) => bail!("{} holds no anchors", dir.display()),
+            Err(e) => bail!("{e}"),
+        }
+    }
+    let mut total = 0.0;
+    for f in 0..plan.len() {
+        let anchors: Vec<&[f32]> = states.iter().map(|s| s[f].anchor.as_slice()).collect();
+        total += atoll::proto::consensus_distance(&anchors);
+    }
+    Ok(total / plan.len().max(1) as f64)
+}

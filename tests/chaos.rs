@@ -1,0 +1,52 @@
+//! The CI-sized chaos run: `atoll chaos` with four tiny peers, kills, restarts and pauses on
+//! a seeded schedule, against a failure-free run of the same manifest. Nobody exits
+//! abnormally, every restarted peer contributes again, the anchors agree, and the loss
+//! stays within 5% of the failure-free run. The long run is in bench/RESULTS.md.
+
+mod common;
+
+use std::process::Command;
+
+use atoll::train::TrainConfig;
+
+#[test]
+fn a_swarm_under_kills_restarts_and_pauses_loses_almost_nothing() {
+    let tmp = common::test_dir("chaos-");
+    let mut train = TrainConfig::tiny(11);
+    train.val_every = 500;
+    train.schedule.decay_steps = 4_000;
+    let config = common::write_manifest(
+        tmp.path().join("tiny.json"),
+        &common::tiny_manifest("chaos-test", train),
+    );
+    let run_dir = tmp.path().join("chaos");
+    let out = Command::new(env!("CARGO_BIN_EXE_atoll"))
+        .args(["chaos", "--peers", "4", "--duration", "40", "--mtbf", "10"])
+        .args(["--downtime", "4", "--pause", "3", "--seed", "3"])
+        .arg("--run-dir")
+        .arg(&run_dir)
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report = std::fs::read(run_dir.join("chaos.json"));
+    assert!(
+        out.status.success() && report.is_ok(),
+        "chaos failed\nstdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&report.unwrap()).unwrap();
+    let int = |k: &str| r[k].as_u64().unwrap_or_else(|| panic!("{k} missing in {r:#}"));
+    let num = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k} missing in {r:#}"));
+    assert_eq!(int("abnormal_exits"), 0, "{stdout}");
+    assert_eq!(int("unreadable_checkpoints"), 0, "{stdout}");
+    assert_eq!(r["anchors_agree"], true, "{stdout}");
+    assert!(int("kills") >= 2 && int("pauses") >= 1, "too few faults: {stdout}");
+    assert_eq!(int("restarts"), int("kills"), "{stdout}");
+    assert_eq!(int("rejoined"), int("restarts"), "a restarted peer did not contribute: {stdout}");
+    let (bpb, base) = (num("final_val_bpb"), num("baseline_val_bpb"));
+    assert!(bpb <= base * 1.05, "val_bpb {bpb} vs {base} without failures: {stdout}");
+    assert!(num("goodput") > 0.5 && num("goodput") <= 1.05, "{stdout}");
+    assert!(num("uptime") > 0.8, "{stdout}");
+}
