@@ -26,6 +26,11 @@ fn sigterm_leaves_at_a_step_boundary_with_a_checkpoint_and_the_swarm_goes_on() {
     assert!(!left.running, "peer 1 still says running=true after exiting");
     let left_step = left.training.as_ref().unwrap().step;
     assert!(left_step >= 100, "peer 1 status step {left_step}");
+    // The leaver closed its connections: the swarm knows at once, not after a timeout.
+    let leaver = left.stats.peer_id.clone();
+    common::wait_for("peer 0 to drop the leaver", Duration::from_secs(3), &mut peers[..1], |p| {
+        !p[0].run_peers().contains(&leaver)
+    });
     let ckpt = atoll::checkpoint::load(&atoll::checkpoint::path_in(&peers[1].spec.dir))
         .expect("peer 1's checkpoint does not load");
     assert!(ckpt.meta.state.step >= 100, "checkpoint at step {}", ckpt.meta.state.step);

@@ -29,10 +29,11 @@ pub const PING_INTERVAL: Duration = Duration::from_secs(3);
 /// A ping not answered within this long fails; libp2p reports the second failure in a
 /// row (the retry opens a new stream, which may take the 10 s negotiation timeout), and
 /// the connection is then closed as dead (see `swarm_events`). A peer behind a silent
-/// partition (packets dropped, TCP never resets) is dropped 20–30 s after it went quiet
-/// (measured 26 s, close timeout included) instead of the ~15 min TCP takes to give up on
-/// unacknowledged data.
-pub const PING_TIMEOUT: Duration = Duration::from_secs(5);
+/// partition (packets dropped, TCP never resets) is dropped about half a minute after it
+/// went quiet (close timeout included), instead of the ~15 min TCP takes to give up on
+/// unacknowledged data. Not shorter: a healthy connection whose uplink is saturated by blob
+/// transfers queues the ping behind them, and must not be cut.
+pub const PING_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Connections to one peer (two simultaneous dials plus one spare).
 pub const MAX_CONNECTIONS_PER_PEER: u32 = 3;

@@ -9,5 +9,7 @@ mod blobs;
 mod discovery;
 #[path = "swarm/hostile.rs"]
 mod hostile;
+#[path = "swarm/partition.rs"]
+mod partition;
 #[path = "swarm/support.rs"]
 mod support;

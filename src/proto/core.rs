@@ -492,11 +492,16 @@ impl Protocol {
         out: &mut Vec<Output>,
     ) {
         self.metrics.rejected += 1;
+        self.note_rejected(hash);
+        out.push(Output::Misbehaved { peer: from, reason });
+    }
+
+    /// Remembers a payload not to fetch again.
+    fn note_rejected(&mut self, hash: ContentHash) {
         if self.rejected.len() >= MAX_REJECTED {
             self.rejected.clear();
         }
         self.rejected.insert(hash);
-        out.push(Output::Misbehaved { peer: from, reason });
     }
 
     fn accept_delta(
@@ -515,9 +520,13 @@ impl Protocol {
             Ok(d) => d,
             Err(e) => return self.reject(from, hash, e.to_string(), out),
         };
-        if let Err(limit) = lane.guard.check(d.norm) {
-            let e = delta::DecodeError::NormOutlier { norm: d.norm, limit };
-            return self.reject(from, hash, e.to_string(), out);
+        if lane.guard.check(d.norm).is_err() {
+            // A statistical judgement, not proof of malice: an honest peer back from a
+            // stall sends a delta of many steps. Drop it (and never fetch it again), but do
+            // not report the sender, who may only have relayed it.
+            self.metrics.norm_outliers += 1;
+            self.note_rejected(hash);
+            return;
         }
         let current = self.schedule.current_round(p, now);
         if w.stale(d.meta.round, current) || lane.state.has_merged(hash.short()) {

@@ -138,5 +138,7 @@ pub struct Metrics {
     pub fetches: u64,
     pub fetch_failures: u64,
     pub rejected: u64,
+    /// Deltas dropped by the norm check (not counted in `rejected`: no one is blamed).
+    pub norm_outliers: u64,
     pub refused_full: u64,
 }

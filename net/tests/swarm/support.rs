@@ -16,6 +16,8 @@ pub struct Opts {
     pub bootstrap: Vec<Multiaddr>,
     pub listen: &'static str,
     pub upload_bytes_per_sec: Option<u64>,
+    /// Fault injection: the node's block-list file.
+    pub block_list: Option<std::path::PathBuf>,
 }
 
 impl Default for Opts {
@@ -25,6 +27,7 @@ impl Default for Opts {
             bootstrap: Vec::new(),
             listen: "/ip4/127.0.0.1/tcp/0",
             upload_bytes_per_sec: None,
+            block_list: None,
         }
     }
 }
@@ -37,6 +40,7 @@ pub async fn start(opts: Opts) -> anyhow::Result<Node> {
     cfg.bootstrap = opts.bootstrap;
     cfg.discovery_interval = Duration::from_millis(500);
     cfg.max_upload_bytes_per_sec = opts.upload_bytes_per_sec;
+    cfg.block_list = opts.block_list;
     Ok(Node::start(cfg).await?)
 }
 
