@@ -59,6 +59,9 @@ impl Protocol {
         let Some(latest) = lane.votes.latest_round(max_round) else { return };
         let target = latest.max(lane.state.round);
         let Some(leader) = lane.votes.leader(target) else { return };
+        if self.unreachable.get(&leader.hash).is_some_and(|&until| until > now) {
+            return;
+        }
         if leader.hash == lane.state_hash {
             return;
         }

@@ -58,6 +58,10 @@ pub struct Protocol {
     pub(super) lanes: Vec<Lane>,
     pub(super) in_flight: FastMap<ContentHash, InFlight>,
     pub(super) rejected: FastSet<ContentHash>,
+    /// States whose fetch failed from every holder, and until when not to chase them
+    /// again (their only holders are stalled or gone; chasing them would keep the
+    /// fragment from contributing, round after round).
+    pub(super) unreachable: FastMap<ContentHash, Millis>,
     pub(super) rng: ChaCha8Rng,
     pub(super) metrics: Metrics,
     /// When the armed fetch-sweep timer fires, if one is armed.
@@ -112,6 +116,7 @@ impl Protocol {
             lanes,
             in_flight: FastMap::default(),
             rejected: FastSet::default(),
+            unreachable: FastMap::default(),
             rng: ChaCha8Rng::seed_from_u64(seed),
             metrics: Metrics::default(),
             sweep_at: None,
@@ -419,6 +424,10 @@ impl Protocol {
             let f = self.in_flight.remove(&hash);
             if let Some(InFlight { kind: Kind::State, fragment, .. }) = f {
                 self.lanes[fragment].state_fetch = None;
+                if self.unreachable.len() >= MAX_REJECTED {
+                    self.unreachable.clear();
+                }
+                self.unreachable.insert(hash, now + 2 * self.settings.period_ms());
             }
             self.metrics.fetch_failures += 1;
             return;

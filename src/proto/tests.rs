@@ -166,3 +166,28 @@ fn hostile_inputs_are_refused_without_panicking() {
     assert!(out.iter().all(|o| !matches!(o, Output::Fetch { .. })));
     assert_eq!(p.pending(), 0);
 }
+
+#[test]
+fn a_state_nobody_can_serve_is_not_chased_round_after_round() {
+    let mut p = peer(1, 0);
+    p.start(0);
+    let x = ContentHash::of(b"a state only a stalled peer holds");
+    let vote = |round| {
+        let s = StateAnnounce { fragment: 0, round, hash: x, size: 100 };
+        Event::Message { from: PeerId(9), msg: Message::State(s) }
+    };
+    let fetches = |out: &[Output]| out.iter().filter(|o| matches!(o, Output::Fetch { .. })).count();
+    // Five rounds ahead of us: we are behind and fetch it.
+    let out = p.handle(vote(5), 5_500);
+    assert_eq!(fetches(&out), 1);
+    // Every attempt fails (the holder is stopped); after the last one it is given up.
+    let mut t = 5_600;
+    for _ in 0..10 {
+        p.handle(Event::FetchFailed { from: PeerId(9), hash: x }, t);
+        t += 100;
+    }
+    // The same vote again within two periods: not chased.
+    assert_eq!(fetches(&p.handle(vote(5), t)), 0, "chased an unreachable state again");
+    // Two periods later it may be reachable again.
+    assert_eq!(fetches(&p.handle(vote(6), t + 2_100)), 1);
+}

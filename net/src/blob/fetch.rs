@@ -31,6 +31,10 @@ const MANIFEST_PARALLEL: usize = 4;
 /// still answer to join the transfer. A stalled source (paused process, dead link) must
 /// not hold the fetch until its request times out.
 const MANIFEST_STRAGGLE: std::time::Duration = std::time::Duration::from_millis(250);
+/// How long a batch of sources may take to answer for the manifest at all. A holder
+/// answers in milliseconds; a stalled one must not hold the fetch for the whole request
+/// timeout when the others said they do not have the blob.
+const MANIFEST_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 /// `Busy` answers a source may give before it is dropped from this fetch.
 const MAX_BUSY: u32 = 8;
 
@@ -72,18 +76,15 @@ async fn fetch_manifest(
                 (peer, res)
             })
             .collect();
-        let mut cutoff: Option<tokio::time::Instant> = None;
+        let mut cutoff = tokio::time::Instant::now() + MANIFEST_WAIT;
         loop {
-            let next = match cutoff {
-                None => asks.next().await,
-                Some(at) => tokio::time::timeout_at(at, asks.next()).await.unwrap_or(None),
-            };
+            let next = tokio::time::timeout_at(cutoff, asks.next()).await.unwrap_or(None);
             let Some((peer, res)) = next else { break };
             match res {
                 Ok(BlobResponse::Manifest(m)) if m.verify(&hash) => {
                     holders.push(peer);
                     found.get_or_insert(m);
-                    cutoff.get_or_insert_with(|| tokio::time::Instant::now() + MANIFEST_STRAGGLE);
+                    cutoff = cutoff.min(tokio::time::Instant::now() + MANIFEST_STRAGGLE);
                 }
                 Ok(BlobResponse::Manifest(_)) | Ok(BlobResponse::Chunk(_)) => {
                     warn!(peer = %peer, blob = %hash, "peer sent a manifest that does not match");
