@@ -1,0 +1,79 @@
+//! Opening a node: the trainer (resumed or fresh), the protocol state (saved anchors or
+//! the run's initial parameters) and the protocol's id of a libp2p peer.
+
+use crate::backend::Backend;
+use crate::fragment::FragmentPlan;
+use crate::model::params::read_fragment;
+use crate::proto::{PeerId, Protocol, Settings};
+use crate::train::{TrainConfig, Trainer};
+
+use super::{anchors, NodeOptions};
+
+/// The run's initial parameters, fragment by fragment: the model initialised from the run
+/// seed, identical on every peer.
+pub fn initial_anchors(
+    config: &TrainConfig,
+    backend: Backend,
+    plan: &FragmentPlan,
+) -> Vec<Vec<f32>> {
+    // Seeding and drawing go through the backend's global generator: two nodes in one
+    // process (tests) must not interleave them.
+    static INIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = INIT.lock().unwrap_or_else(|p| p.into_inner());
+    let device = backend.train_device();
+    device.seed(config.seed);
+    let model = config.model.init(&device);
+    plan.fragments
+        .iter()
+        .map(|f| read_fragment(&model, f).expect("the plan was made from this model"))
+        .collect()
+}
+
+/// The protocol's id of a libp2p peer: the first 8 bytes of blake3 of its id.
+pub fn proto_peer(peer: &atoll_net::PeerId) -> PeerId {
+    let h = blake3::hash(&peer.to_bytes());
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&h.as_bytes()[..8]);
+    PeerId(u64::from_le_bytes(b))
+}
+
+/// The trainer of the run dir's checkpoint, or a fresh one (`true`).
+pub(super) fn open_trainer(opts: &NodeOptions) -> anyhow::Result<(Trainer, bool)> {
+    let path = crate::checkpoint::path_in(&opts.run_dir);
+    if path.exists() {
+        let ckpt = crate::checkpoint::load(&path)?;
+        anyhow::ensure!(
+            ckpt.meta.config == opts.manifest.train,
+            "the checkpoint in {} belongs to another run (its training settings differ from \
+             the manifest's); use another run dir",
+            opts.run_dir.display()
+        );
+        tracing::info!(step = ckpt.meta.state.step, "resuming from checkpoint");
+        return Ok((ckpt.into_trainer(&opts.corpus)?, false));
+    }
+    let trainer =
+        Trainer::new(opts.manifest.train.clone(), opts.backend, &opts.corpus, opts.shard)?;
+    Ok((trainer, true))
+}
+
+pub(super) fn open_protocol(
+    opts: &NodeOptions,
+    settings: &Settings,
+    plan: &FragmentPlan,
+) -> anyhow::Result<Protocol> {
+    let seed = opts.manifest.train.seed ^ u64::from(opts.shard.index);
+    let key_peer = atoll_net::PeerId::from(opts.net.keypair.public());
+    let me = proto_peer(&key_peer);
+    match anchors::load(&opts.run_dir, plan) {
+        Ok(Some(states)) => {
+            tracing::info!(round = states[0].round, "resuming protocol state");
+            return Ok(Protocol::restore(me, settings.clone(), plan, states, seed)?);
+        }
+        Ok(None) => {}
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read saved anchors; catching up from the swarm")
+        }
+    }
+    let init = initial_anchors(&opts.manifest.train, opts.backend, plan);
+    Ok(Protocol::new(me, settings.clone(), plan, init, seed)?)
+}
