@@ -5,8 +5,6 @@
 
 mod common;
 
-use std::process::Command;
-
 use atoll::train::TrainConfig;
 
 #[test]
@@ -20,23 +18,14 @@ fn a_swarm_under_kills_restarts_and_pauses_loses_almost_nothing() {
         &common::tiny_manifest("chaos-test", train),
     );
     let run_dir = tmp.path().join("chaos");
-    let out = Command::new(env!("CARGO_BIN_EXE_atoll"))
-        .args(["chaos", "--peers", "4", "--duration", "40", "--mtbf", "10"])
-        .args(["--downtime", "4", "--pause", "3", "--seed", "3"])
-        .arg("--run-dir")
-        .arg(&run_dir)
-        .arg("--config")
-        .arg(&config)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let report = std::fs::read(run_dir.join("chaos.json"));
-    assert!(
-        out.status.success() && report.is_ok(),
-        "chaos failed\nstdout:\n{stdout}\nstderr:\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let args = ["chaos", "--peers", "4", "--duration", "40", "--mtbf", "10", "--downtime", "4"];
+    let stdout = common::run_swarm_command(
+        &[&args[..], &["--pause", "3", "--seed", "3"]].concat(),
+        &run_dir,
+        &config,
     );
-    let r: serde_json::Value = serde_json::from_slice(&report.unwrap()).unwrap();
+    let report = std::fs::read(run_dir.join("chaos.json")).expect("no chaos.json");
+    let r: serde_json::Value = serde_json::from_slice(&report).unwrap();
     let int = |k: &str| r[k].as_u64().unwrap_or_else(|| panic!("{k} missing in {r:#}"));
     let num = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k} missing in {r:#}"));
     assert_eq!(int("abnormal_exits"), 0, "{stdout}");

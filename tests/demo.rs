@@ -5,8 +5,6 @@
 
 mod common;
 
-use std::process::Command;
-
 use atoll::train::TrainConfig;
 
 fn tiny_manifest(dir: &std::path::Path) -> std::path::PathBuf {
@@ -22,20 +20,8 @@ fn three_peers_train_merge_and_end_with_identical_anchors() {
     let tmp = tempfile::tempdir().unwrap();
     let config = tiny_manifest(tmp.path());
     let run_dir = tmp.path().join("demo");
-    let out = Command::new(env!("CARGO_BIN_EXE_atoll"))
-        .args(["demo", "--peers", "3", "--steps", "200", "--timeout", "240"])
-        .arg("--run-dir")
-        .arg(&run_dir)
-        .arg("--config")
-        .arg(&config)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "demo failed\nstdout:\n{stdout}\nstderr:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let args = ["demo", "--peers", "3", "--steps", "200", "--timeout", "240"];
+    common::run_swarm_command(&args, &run_dir, &config);
     let summary: serde_json::Value =
         serde_json::from_slice(&std::fs::read(run_dir.join("summary.json")).unwrap()).unwrap();
     assert_eq!(summary["anchors_agree"], true, "{summary:#}");

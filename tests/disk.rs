@@ -10,47 +10,32 @@
 //! `ATOLL_TEST_SEED=N` replays other kill instants (the seed in use is printed);
 //! `ATOLL_KEEP_DIRS=1` keeps (and prints) the run dirs and logs.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use atoll::checkpoint;
 use atoll::data::Corpus;
-use atoll::manifest::Manifest;
 use atoll::node::status;
-use atoll::proto::RawSettings;
 use atoll::train::TrainConfig;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-/// One test at a time: each runs a trainer process, and they share two cores.
-static SERIAL: Mutex<()> = Mutex::new(());
 /// How often files and logs are polled.
 const POLL: Duration = Duration::from_millis(10);
 /// The tiny model of `TrainConfig::tiny` as `atoll train` flags (no validation on the way).
 const TINY: &str = "--d-model 32 --layers 1 --heads 2 --context 16 --batch 4 --val-every 100000";
 
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 fn seed() -> u64 {
     let seed = std::env::var("ATOLL_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(7);
     eprintln!("ATOLL_TEST_SEED={seed}");
     seed
-}
-
-fn test_dir(prefix: &str) -> tempfile::TempDir {
-    let keep = std::env::var_os("ATOLL_KEEP_DIRS").is_some();
-    let dir = tempfile::Builder::new().prefix(prefix).disable_cleanup(keep).tempdir().unwrap();
-    if keep {
-        eprintln!("test files in {}", dir.path().display());
-    }
-    dir
 }
 
 /// The last lines of a log file, for failure messages.
@@ -168,9 +153,9 @@ fn identity(path: &Path) -> Option<(u64, u64, i64, i64, u64)> {
 
 #[test]
 fn sigkill_during_checkpoint_writes_leaves_a_loadable_checkpoint_that_resumes() {
-    let _serial = serial();
+    let _serial = common::serial();
     let mut rng = ChaCha8Rng::seed_from_u64(seed());
-    let tmp = test_dir("disk-kill-");
+    let tmp = common::test_dir("disk-kill-");
     let run_dir = tmp.path().join("run");
     let log = tmp.path().join("train.log");
     let ckpt = checkpoint::path_in(&run_dir);
@@ -228,17 +213,12 @@ fn sigkill_during_checkpoint_writes_leaves_a_loadable_checkpoint_that_resumes() 
 
 /// The tiny model, validation (a metrics line) every 5 steps, rounds of 200 ms.
 fn tiny_manifest(dir: &Path, name: &str) -> PathBuf {
-    let corpus = Corpus::embedded().unwrap();
     let mut train = TrainConfig::tiny(11);
     train.val_every = 5;
     train.schedule.decay_steps = 2_000;
-    let protocol =
-        RawSettings { h: 10, step_ms: 20, grace_cap_ms: 40, ..atoll::manifest::default_protocol() };
-    let mut m = Manifest::new(name, train, &corpus, protocol);
+    let mut m = common::tiny_manifest(name, train);
     m.epoch_unix_ms = status::unix_ms();
-    let path = dir.join(format!("{name}.json"));
-    std::fs::write(&path, m.to_bytes()).unwrap();
-    path
+    common::write_manifest(dir.join(format!("{name}.json")), &m)
 }
 
 /// A lone training peer (`atoll run`) checkpointing every 10 steps.
@@ -378,8 +358,8 @@ impl Drop for Filler {
 
 #[test]
 fn a_full_disk_is_a_clear_error_and_the_peer_keeps_training() {
-    let _serial = serial();
-    let tmp = test_dir("disk-full-");
+    let _serial = common::serial();
+    let tmp = common::test_dir("disk-full-");
     let mnt = tmp.path().join("disk");
     std::fs::create_dir(&mnt).unwrap();
     // The checkpoint of the tiny model is about 0.4 MB; the run dir needs about 2 MB.
@@ -419,8 +399,8 @@ fn a_full_disk_is_a_clear_error_and_the_peer_keeps_training() {
 
 #[test]
 fn unwritable_checkpoint_and_metrics_files_do_not_stop_the_peer() {
-    let _serial = serial();
-    let tmp = test_dir("disk-blocked-");
+    let _serial = common::serial();
+    let tmp = common::test_dir("disk-blocked-");
     let run_dir = tmp.path().join("peer");
     // A directory where metrics.jsonl goes: every append fails.
     let metrics = run_dir.join(atoll::metrics::FILE_NAME);

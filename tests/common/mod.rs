@@ -435,3 +435,24 @@ pub fn assert_same_final_anchors(peers: &[Peer]) {
         );
     }
 }
+
+/// Runs `atoll ARGS --run-dir RUN_DIR --config CONFIG` to the end (a local swarm command:
+/// demo, chaos); fails the test with its output unless it exits 0. Returns its stdout.
+pub fn run_swarm_command(args: &[&str], run_dir: &Path, config: &Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_atoll"))
+        .args(args)
+        .arg("--run-dir")
+        .arg(run_dir)
+        .arg("--config")
+        .arg(config)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "atoll {} failed\nstdout:\n{stdout}\nstderr:\n{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
