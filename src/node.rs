@@ -9,19 +9,20 @@
 //!
 //! The trainer never waits on the network: it drains its command channel between steps.
 //! Time on the run's timeline is `unix_ms − manifest.epoch_unix_ms`, so all peers share
-//! the round schedule. A peer that reached its step target stays, merging the others'
-//! deltas, until no fragment changed for two periods (the swarm is quiet), then applies
-//! its final anchors, evaluates them and exits.
+//! the round schedule. A fresh peer joining a swarm that has merged takes its anchors
+//! before the first step. A peer that reached its step target (or `duration`) stays,
+//! merging the others' deltas, until no fragment changed for a period plus the grace cap
+//! (the swarm is quiet), then applies its final anchors, evaluates them and exits.
 
 pub mod anchors;
 pub mod ledger;
 mod setup;
 pub mod status;
 mod wire;
+pub mod worker;
 
 pub use setup::{initial_anchors, proto_peer};
 use setup::{open_protocol, open_trainer};
-pub mod worker;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
