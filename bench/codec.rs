@@ -57,7 +57,7 @@ fn main() {
     println!("|---|---:|---:|---:|---:|---:|");
     for codec in [Codec::F32, Codec::Q8, Codec::Q4] {
         let opts = EncodeOptions { codec, block: 64, zstd_level: 3 };
-        let meta = DeltaMeta { fragment: 0, round: 1, tokens: 1, steps: 1 };
+        let meta = DeltaMeta { author: 1, fragment: 0, round: 1, tokens: 1, steps: 1 };
         let (te, enc) = best(5, || {
             let mut fb = ErrorFeedback::new(numel);
             delta::encode(meta, &x, Some(&mut fb), &opts).unwrap_or_else(|e| panic!("{e}"))
@@ -81,14 +81,16 @@ fn main() {
         .enumerate()
         .map(|(i, d)| Input {
             hash: delta::ContentHash::of(&i.to_le_bytes()),
+            author: atoll::proto::PeerId(i as u64),
             tokens: 1000,
             steps: 10,
             values: d,
         })
         .collect();
     merge::canonical_order(&mut inputs);
-    for rule in [MergeRule::Rda, MergeRule::Mean] {
-        let (t, _) = best(3, || merge::combine(&spec, &inputs, rule));
+    let bounds = merge::Bounds::default();
+    for rule in [MergeRule::Rda, MergeRule::Mean, MergeRule::TrimmedMean] {
+        let (t, _) = best(3, || merge::combine(&spec, &inputs, rule, &bounds));
         println!(
             "merge {rule:?} of {peers} deltas: {:.0} MB/s of input ({:.1} ms)",
             mb * peers as f64 / t,

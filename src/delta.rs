@@ -12,15 +12,14 @@
 //!
 //! Decoding treats the bytes as hostile: sizes are checked against the header, the
 //! [`FragmentSpec`] and [`Limits`] before anything is allocated or decompressed, and the
-//! result must be finite. The norm check against recent deltas is [`NormGuard`].
+//! result must be finite. How much a valid delta may move the anchor is the merge's
+//! business (per-tensor clipping against the round's own median, `proto::merge`).
 
 mod hash;
-mod norm;
 mod quant;
 pub mod wire;
 
 pub use hash::ContentHash;
-pub use norm::NormGuard;
 pub use wire::{DELTA_WIRE_VERSION, HEADER_LEN};
 
 use crate::fragment::FragmentSpec;
@@ -103,6 +102,8 @@ impl Default for Limits {
 /// Who made a delta, for what, and how much work it holds; bound into the hashed bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct DeltaMeta {
+    /// The protocol id of the peer that made the delta (see [`crate::proto::PeerId`]).
+    pub author: u64,
     pub fragment: u32,
     pub round: u64,
     /// Tokens processed for this fragment since its previous contribution.
@@ -205,8 +206,6 @@ pub enum DecodeError {
     Decompress(String),
     #[error("non-finite value at index {0}")]
     NonFinite(usize),
-    #[error("delta norm {norm} above the limit {limit} derived from recent deltas")]
-    NormOutlier { norm: f32, limit: f32 },
 }
 
 /// Encodes `delta` (+ the carried residual when `feedback` is given) for the wire, and
@@ -260,6 +259,7 @@ pub fn encode(
         block: block as u32,
         raw_len,
         stored_len: stored.as_ref().map_or(raw_len, |s| s.len() as u32),
+        author: meta.author,
     };
     let body = stored.as_deref().unwrap_or(&raw);
     let mut bytes = Vec::with_capacity(HEADER_LEN + body.len());
@@ -354,7 +354,13 @@ pub fn decode(bytes: &[u8], spec: &FragmentSpec, limits: &Limits) -> Result<Deco
         return Err(DecodeError::NonFinite(i));
     }
     let norm = l2_norm(&values);
-    let meta = DeltaMeta { fragment: h.fragment, round: h.round, tokens: h.tokens, steps: h.steps };
+    let meta = DeltaMeta {
+        author: h.author,
+        fragment: h.fragment,
+        round: h.round,
+        tokens: h.tokens,
+        steps: h.steps,
+    };
     Ok(Decoded { meta, codec: h.codec, values, norm })
 }
 

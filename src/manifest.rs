@@ -122,7 +122,8 @@ impl Manifest {
             return Err(ManifestError::Name(self.name.clone()));
         }
         self.train.validate()?;
-        Ok(Settings::new(self.protocol.clone())?)
+        let tokens_per_step = self.train.tokens_per_step() as u64;
+        Ok(Settings::new(self.protocol.clone())?.with_tokens_per_step(tokens_per_step))
     }
 
     /// Refuses a corpus other than the one the manifest names.

@@ -41,7 +41,7 @@ use crate::delta::ContentHash;
 use crate::fragment::FragmentPlan;
 use crate::manifest::{Manifest, RunId};
 use crate::model::params::{tensor_specs, write_fragment};
-use crate::proto::{Event, Message, Millis, Output, PeerId, Protocol, Timer};
+use crate::proto::{Event, Message, Millis, Offence, Output, PeerId, Protocol, Timer};
 use status::TrainingStatus;
 use worker::{FromWorker, ToWorker, WorkerSetup};
 
@@ -54,6 +54,10 @@ const QUIET_MARGIN_MS: u64 = 1_000;
 const QUIET_MIN_MS: u64 = 5_000;
 /// How long after a run peer connects this peer announces its states again for it.
 const REANNOUNCE_DELAY_MS: u64 = 1_000;
+/// Most offenders whose offences were logged (one line per offender and offence).
+const MAX_REPORTED: usize = 4096;
+/// Most protocol ids mapped back to libp2p peer ids (fetch sources, penalties).
+const MAX_PEER_IDS: usize = 16_384;
 
 /// Everything a training peer needs.
 pub struct NodeOptions {
@@ -205,8 +209,8 @@ struct Loop {
     fetches: JoinSet<Event>,
     /// (peer, run id) pairs of foreign messages already explained in the log.
     foreign: HashSet<(atoll_net::PeerId, [u8; 32])>,
-    /// Peers already reported for misbehaviour (logged once).
-    reported: HashSet<PeerId>,
+    /// Offenders already logged, with the offence (one line each; bounded).
+    reported: HashSet<(PeerId, Offence)>,
     to_worker: mpsc::Sender<ToWorker>,
     run_dir: PathBuf,
     status: TrainingStatus,
@@ -294,7 +298,7 @@ impl Loop {
                     self.release_if_caught_up().await;
                     if self.reannounce_at.is_some_and(|at| at <= self.now()) {
                         self.reannounce_at = None;
-                        self.announce_states();
+                        self.announce_states().await;
                     }
                     self.refresh_status();
                     if let Ok(stats) = self.client.stats().await {
@@ -348,20 +352,20 @@ impl Loop {
     }
 
     /// Announces the state of every fragment that has merged at least once.
-    fn announce_states(&mut self) {
-        for p in 0..self.proto.settings().raw().fragments {
-            let state = self.proto.state(p);
-            if state.round == 0 {
-                continue;
-            }
-            let msg = Message::State(crate::proto::StateAnnounce {
-                fragment: p as u32,
-                round: state.round,
-                hash: self.proto.state_hash(p),
-                size: state.wire_len() as u64,
-            });
-            self.broadcast(msg);
+    /// Says again where this peer is (states) and what it contributed recently, so that a
+    /// newcomer can catch up and credit the voters at once instead of a period later.
+    async fn announce_states(&mut self) {
+        let outs = self.proto.reannounce(self.now());
+        self.carry_out(outs).await;
+    }
+
+    /// Maps a protocol id back to its libp2p id; bounded (ids of departed peers go first
+    /// when it is full: the map is rebuilt from the peers heard since).
+    fn remember_peer(&mut self, id: PeerId, peer: atoll_net::PeerId) {
+        if self.peers.len() >= MAX_PEER_IDS && !self.peers.contains_key(&id) {
+            self.peers.clear();
         }
+        self.peers.insert(id, peer);
     }
 
     fn refresh_status(&mut self) {
@@ -417,17 +421,23 @@ impl Loop {
     async fn on_net(&mut self, ev: NetEvent) {
         match ev {
             NetEvent::Announcement { from, author, payload } => {
-                let sender = author.unwrap_or(from);
+                // Messages are signed (strict validation), so the author is known and is the
+                // one credited; a forwarder (`from`) never is.
+                let Some(sender) = author else {
+                    tracing::debug!(peer = %from, "unsigned announcement ignored");
+                    return;
+                };
                 match wire::decode(&payload) {
                     Ok((run, msg)) if run == self.run_id.0 => {
                         let id = proto_peer(&sender);
-                        self.peers.insert(id, sender);
+                        self.remember_peer(id, sender);
                         let outs = self.proto.handle(Event::Message { from: id, msg }, self.now());
                         self.carry_out(outs).await;
                     }
                     Ok((run, _)) => self.on_foreign(sender, run),
                     Err(e) => {
-                        if self.reported.insert(proto_peer(&sender)) {
+                        let key = (proto_peer(&sender), Offence::BadPayload);
+                        if self.reported.len() < MAX_REPORTED && self.reported.insert(key) {
                             tracing::warn!(peer = %sender, error = %e, "malformed protocol message");
                         }
                         let _ = self.client.report(sender, RejectReason::Malformed).await;
@@ -435,7 +445,7 @@ impl Loop {
                 }
             }
             NetEvent::RunPeerJoined(p) => {
-                self.peers.insert(proto_peer(&p), p);
+                self.remember_peer(proto_peer(&p), p);
                 // A newcomer learns where the swarm is from state announcements; ours come
                 // once per period, so say it again (once its subscription has reached us).
                 self.reannounce_at.get_or_insert(self.now() + REANNOUNCE_DELAY_MS);
@@ -525,11 +535,15 @@ impl Loop {
                         tracing::error!(error = %e, "cannot save anchors; training goes on");
                     }
                 }
-                Output::Misbehaved { peer, reason } => {
-                    if self.reported.insert(peer) {
-                        tracing::warn!(peer = peer.0, %reason, "peer sent an invalid payload");
+                Output::Misbehaved { peer, offence, detail } => {
+                    *self.status.rejected.entry(offence.as_str().to_owned()).or_default() += 1;
+                    let libp2p_id = self.peers.get(&peer).copied();
+                    // One line per offender and offence; the counts go to status.json.
+                    if self.reported.len() < MAX_REPORTED && self.reported.insert((peer, offence)) {
+                        let id = libp2p_id.map(|p| p.to_string()).unwrap_or_default();
+                        tracing::warn!(peer = %id, %offence, %detail, "peer misbehaved");
                     }
-                    if let Some(p) = self.peers.get(&peer).copied() {
+                    if let Some(p) = libp2p_id {
                         let _ = self.client.report(p, RejectReason::BadPayload).await;
                     }
                 }

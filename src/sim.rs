@@ -158,7 +158,7 @@ mod drive;
 
 impl Sim {
     pub fn new(cfg: SimConfig) -> Result<Self, SimError> {
-        let settings = Settings::new(cfg.settings.clone())?;
+        let settings = Settings::new(cfg.settings.clone())?.with_tokens_per_step(cfg.batch_tokens);
         let plan = FragmentPlan::new(&cfg.tensors, cfg.settings.fragments)?;
         let mut offsets = Vec::with_capacity(plan.len());
         let mut at = 0;

@@ -44,11 +44,11 @@ impl ContentHash {
     }
 }
 
-/// The bytes are already a uniform hash: feeding 8 of them to the hasher is enough and far
-/// cheaper than hashing all 32 (maps keyed by content hash sit on the hot path).
+/// All 32 bytes: an announcement may name any bytes as a hash, so keys sharing a prefix
+/// must not share a bucket (the maps are keyed per process, see `proto::fasthash`).
 impl std::hash::Hash for ContentHash {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        state.write_u64(self.short());
+        state.write(&self.0);
     }
 }
 

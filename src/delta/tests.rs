@@ -10,7 +10,7 @@ fn spec(id: usize, numel: usize) -> FragmentSpec {
 }
 
 fn meta(fragment: u32) -> DeltaMeta {
-    DeltaMeta { fragment, round: 7, tokens: 4096, steps: 8 }
+    DeltaMeta { author: 3, fragment, round: 7, tokens: 4096, steps: 8 }
 }
 
 fn codec_strategy() -> impl Strategy<Value = Codec> {

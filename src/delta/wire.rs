@@ -1,9 +1,9 @@
-//! The delta payload's fixed header (version 1, little-endian).
+//! The delta payload's fixed header (version 2, little-endian).
 //!
 //! ```text
 //! offset size field
 //!  0      4   magic "ATDL"
-//!  4      2   version (1)
+//!  4      2   version (2)
 //!  6      1   codec (0 f32, 1 q8, 2 q4)
 //!  7      1   flags (bit 0: body is zstd-compressed; other bits must be 0)
 //!  8      4   fragment id
@@ -14,17 +14,20 @@
 //! 40      4   block size (0 for f32)
 //! 44      4   raw body length (after decompression)
 //! 48      4   stored body length (must equal the bytes that follow)
+//! 52      8   author: the protocol id of the peer that made the delta
 //! ```
-//! Tokens and steps live inside the hashed bytes, so the weight a delta gets in the merge is
-//! bound to its content address and cannot be changed by whoever relays the announcement.
+//! Author, round, tokens and steps live inside the hashed bytes, so the weight a delta gets
+//! in the merge and the peer it is credited to are bound to its content address: whoever
+//! relays or re-announces it cannot change them, and a receiver checks them against the
+//! signed announcement (the gossip signer must be the author).
 
 use super::{Codec, DecodeError};
 
 pub(crate) const MAGIC: [u8; 4] = *b"ATDL";
 /// Version of the delta wire format; bump on any layout change.
-pub const DELTA_WIRE_VERSION: u16 = 1;
+pub const DELTA_WIRE_VERSION: u16 = 2;
 /// Bytes before the body.
-pub const HEADER_LEN: usize = 52;
+pub const HEADER_LEN: usize = 60;
 pub(crate) const FLAG_ZSTD: u8 = 1;
 
 /// The header's fields.
@@ -40,6 +43,7 @@ pub(crate) struct Header {
     pub block: u32,
     pub raw_len: u32,
     pub stored_len: u32,
+    pub author: u64,
 }
 
 impl Header {
@@ -56,6 +60,7 @@ impl Header {
         out.extend_from_slice(&self.block.to_le_bytes());
         out.extend_from_slice(&self.raw_len.to_le_bytes());
         out.extend_from_slice(&self.stored_len.to_le_bytes());
+        out.extend_from_slice(&self.author.to_le_bytes());
     }
 
     /// Parses the header; checks only what needs no outside knowledge.
@@ -94,6 +99,7 @@ impl Header {
             block: u32_at(40),
             raw_len: u32_at(44),
             stored_len: u32_at(48),
+            author: u64_at(52),
         })
     }
 }

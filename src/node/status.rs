@@ -42,6 +42,14 @@ pub struct TrainingStatus {
     pub adopted: u64,
     /// Messages refused because they belong to another run manifest.
     pub foreign_messages: u64,
+    /// Protocol offences by kind (`forged_author`, `inflated_claim`, `equivocation`, ...):
+    /// each is provable from what the peer sent. Network-level rejections are in
+    /// `stats.rejects`.
+    #[serde(default)]
+    pub rejected: std::collections::BTreeMap<String, u64>,
+    /// Contributions dropped because they made a merge non-finite.
+    #[serde(default)]
+    pub nonfinite_dropped: u64,
     /// Milliseconds from the start of this process's node to its first inner step (a late
     /// joiner first takes the swarm's anchors), and the fragment rounds it started from.
     #[serde(default)]

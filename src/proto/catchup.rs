@@ -2,7 +2,7 @@
 //! adopting the majority's state.
 
 use super::core::{InFlight, Kind, Protocol};
-use super::io::Output;
+use super::io::{Offence, Output};
 use super::schedule::Millis;
 use super::state::FragmentState;
 use super::PeerId;
@@ -22,7 +22,7 @@ impl Protocol {
     ) {
         // Only rounds that can exist by our clock count; a vote for a far future round
         // would otherwise make us chase a state nobody can have merged.
-        if round > self.schedule.current_round(p, now) + 1 {
+        if round > self.schedule.current_round(p, now).saturating_add(1) {
             return;
         }
         self.lanes[p].votes.record(from, round, hash);
@@ -36,7 +36,7 @@ impl Protocol {
     pub(super) fn behind(&self, p: usize) -> bool {
         let lane = &self.lanes[p];
         let done = lane.state.round.max(lane.closed_round);
-        lane.state_fetch.is_none() && lane.votes.max_round() > done + 1
+        lane.state_fetch.is_none() && lane.votes.max_round() > done.saturating_add(1)
     }
 
     /// Fragment `p` holds a state no more than one round older than the newest one heard of
@@ -45,7 +45,7 @@ impl Protocol {
     pub fn caught_up(&self, p: usize) -> bool {
         let lane = &self.lanes[p];
         let heard = lane.votes.max_round();
-        heard > 0 && lane.state_fetch.is_none() && lane.state.round + 1 >= heard
+        heard > 0 && lane.state_fetch.is_none() && lane.state.round.saturating_add(1) >= heard
     }
 
     /// Reconciliation (DESIGN.md §3.2): if the state most recently heard peers hold for
@@ -79,7 +79,7 @@ impl Protocol {
         self.lanes[p].state_fetch = Some(leader.hash);
         let f = InFlight {
             fragment: p,
-            kind: Kind::State,
+            kind: Kind::State { round: leader.round },
             sources,
             attempts: 0,
             announced_at: now,
@@ -96,25 +96,25 @@ impl Protocol {
         hash: ContentHash,
         bytes: &[u8],
         p: usize,
+        voted_round: u64,
         out: &mut Vec<Output>,
     ) {
         let lane = &mut self.lanes[p];
         lane.state_fetch = None;
         let state = match FragmentState::from_bytes(bytes, &lane.spec) {
             Ok(s) => s,
-            Err(e) => return self.reject(from, hash, e.to_string(), out),
+            Err(e) => return self.reject(from, hash, Offence::BadPayload, e.to_string(), out),
         };
+        // The votes were for a state of `voted_round` (a round that can exist by our
+        // clock); a payload of another round under that hash was forged by its voters.
+        if state.round != voted_round {
+            let detail = format!("state of round {} voted as round {voted_round}", state.round);
+            return self.reject(from, hash, Offence::BadState, detail, out);
+        }
         // A state older than ours is outdated by now; the next check will look again.
         if state.round < lane.state.round || hash == lane.state_hash {
             return;
         }
-        out.extend(lane.adopt(
-            self.me,
-            state,
-            hash,
-            &self.settings,
-            &self.limits,
-            &mut self.metrics,
-        ));
+        out.extend(lane.adopt(self.me, state, hash, &self.settings, &mut self.metrics));
     }
 }

@@ -1,19 +1,22 @@
 //! The protocol state machine: dispatches events to fragments and tracks fetches.
 
 use super::fasthash::{FastMap, FastSet};
-use super::io::{Event, Metrics, Output, Timer};
+use super::io::{Event, Metrics, Offence, Output, Timer};
 use super::lane::{Held, Lane, Window};
 use super::schedule::{Grace, Millis, Schedule};
 use super::state::FragmentState;
 use super::{ContributionAnnounce, Message, PeerId, Settings};
+use crate::delta::Decoded;
 use crate::delta::{self, ContentHash, DeltaMeta, Limits};
 use crate::fragment::FragmentPlan;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::sync::Arc;
 
-/// Most fetches in flight at once; announcements beyond it are ignored (and counted).
-pub const MAX_IN_FLIGHT: usize = 1 << 16;
+/// Most fetches in flight at once; announcements beyond it are ignored (and counted). Each
+/// author may have one delta per fragment round in flight, so honest swarms of a few
+/// thousand peers stay below it; fake identities hit it, not memory.
+pub const MAX_IN_FLIGHT: usize = 1 << 13;
 /// Most peers whose votes are remembered per fragment.
 pub const MAX_PEERS: usize = 1 << 16;
 /// Most rejected hashes remembered (so a bad payload is not fetched again and again).
@@ -29,10 +32,21 @@ pub enum ProtoError {
     StateLength { fragment: usize, got: usize, want: usize },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Kind {
-    Delta { round: u64 },
-    State,
+    /// A delta, with what each announcer (always its claimed author) said it holds.
+    Delta { claims: Vec<Claim> },
+    /// A state, voted for round `round`: the payload must be of that round.
+    State { round: u64 },
+}
+
+/// What a signed announcement says about a delta; checked against the delta's header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Claim {
+    pub author: PeerId,
+    pub round: u64,
+    pub tokens: u64,
+    pub steps: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -57,6 +71,8 @@ pub struct Protocol {
     pub(super) limits: Limits,
     pub(super) lanes: Vec<Lane>,
     pub(super) in_flight: FastMap<ContentHash, InFlight>,
+    /// Announced sizes of the deltas in flight (they count against `max_held_bytes`).
+    pub(super) in_flight_bytes: u64,
     pub(super) rejected: FastSet<ContentHash>,
     /// States whose fetch failed from every holder, and until when not to chase them
     /// again (their only holders are stalled or gone; chasing them would keep the
@@ -105,7 +121,7 @@ impl Protocol {
                 let got = state.anchor.len();
                 return Err(ProtoError::StateLength { fragment: spec.id, got, want });
             }
-            lanes.push(Lane::new(spec.clone(), state, &settings, MAX_PEERS));
+            lanes.push(Lane::new(me, spec.clone(), state, &settings, MAX_PEERS));
         }
         Ok(Self {
             me,
@@ -115,6 +131,7 @@ impl Protocol {
             settings,
             lanes,
             in_flight: FastMap::default(),
+            in_flight_bytes: 0,
             rejected: FastSet::default(),
             unreachable: FastMap::default(),
             rng: ChaCha8Rng::seed_from_u64(seed),
@@ -165,6 +182,46 @@ impl Protocol {
         None
     }
 
+    /// Announcements worth repeating when a peer joins: this peer's states (past round 0)
+    /// and its own contributions that can still be merged. The newcomer learns where the
+    /// swarm is, and by fetching the contributions it credits their authors, whose state
+    /// votes then count (see [`super::reconcile`]).
+    pub fn reannounce(&self, now: Millis) -> Vec<Output> {
+        let w = Window::of(&self.settings);
+        let mut out = Vec::new();
+        for (p, lane) in self.lanes.iter().enumerate() {
+            let current = self.schedule.current_round(p, now);
+            let mut own: Vec<(&ContentHash, &Held)> = lane
+                .held
+                .iter()
+                .filter(|(_, h)| h.origin == self.me && !w.stale(h.round, current))
+                .collect();
+            own.sort_unstable_by_key(|(hash, _)| **hash);
+            for (hash, h) in own {
+                out.push(Output::Broadcast(Message::Contribution(ContributionAnnounce {
+                    fragment: p as u32,
+                    round: h.round,
+                    hash: *hash,
+                    size: h.bytes.len() as u64,
+                    tokens: h.tokens,
+                    steps: h.steps,
+                    origin: self.me,
+                    base: lane.state_hash,
+                    base_round: lane.state.round,
+                })));
+            }
+            if lane.state.round > 0 {
+                out.push(Output::Broadcast(Message::State(super::StateAnnounce {
+                    fragment: p as u32,
+                    round: lane.state.round,
+                    hash: lane.state_hash,
+                    size: lane.state.wire_len() as u64,
+                })));
+            }
+        }
+        out
+    }
+
     pub fn me(&self) -> PeerId {
         self.me
     }
@@ -213,7 +270,10 @@ impl Protocol {
             Timer::Close { fragment, round } => {
                 let lane = &mut self.lanes[fragment];
                 if lane.open.as_ref().is_some_and(|o| o.round == round && !o.closed) {
-                    out.extend(lane.merge(self.me, &self.settings, now, &mut self.metrics));
+                    let (outs, dropped) =
+                        lane.merge(self.me, &self.settings, &self.limits, now, &mut self.metrics);
+                    out.extend(outs);
+                    dropped.into_iter().for_each(|h| self.note_rejected(h));
                 }
             }
             Timer::Deadline { fragment, round } => self.on_deadline(fragment, round, now, out),
@@ -243,14 +303,17 @@ impl Protocol {
         // current step: a slow peer gets one of its own steps on top of `max_wait_ms`.
         let wait = self.settings.max_wait_ms() + self.grace.t_step.get().ceil() as Millis;
         out.push(Output::SetTimer {
-            at: opened + wait,
+            at: opened.saturating_add(wait),
             timer: Timer::Deadline { fragment: p, round },
         });
         out.push(Output::SetTimer {
-            at: self.schedule.open_time(p, round) + self.settings.reconcile_offset_ms(),
+            at: self
+                .schedule
+                .open_time(p, round)
+                .saturating_add(self.settings.reconcile_offset_ms()),
             timer: Timer::Reconcile { fragment: p, round },
         });
-        let next = round + 1;
+        let next = round.saturating_add(1);
         out.push(Output::SetTimer {
             at: self.schedule.open_time(p, next),
             timer: Timer::Open { fragment: p, round: next },
@@ -287,7 +350,7 @@ impl Protocol {
         self.grace.t_quorum.update(now.saturating_sub(o.opened_at) as f64);
         o.grace_ms = self.grace.window();
         out.push(Output::SetTimer {
-            at: now + o.grace_ms,
+            at: now.saturating_add(o.grace_ms),
             timer: Timer::Close { fragment: p, round: o.round },
         });
     }
@@ -315,7 +378,7 @@ impl Protocol {
         }
         lane.last_snapshot_at = Some(now);
         let d: Vec<f32> = lane.state.anchor.iter().zip(params).map(|(a, t)| a - t).collect();
-        let meta = DeltaMeta { fragment: p as u32, round, tokens, steps };
+        let meta = DeltaMeta { author: self.me.0, fragment: p as u32, round, tokens, steps };
         let opts = self.settings.raw().encode;
         // A local delta that cannot be encoded (non-finite: the trainer diverged) is not
         // published; the residual is left as it was.
@@ -333,15 +396,9 @@ impl Protocol {
             base: lane.state_hash,
             base_round: lane.state.round,
         };
-        let held = Held {
-            origin: self.me,
-            round,
-            tokens,
-            steps,
-            values: Some(enc.values),
-            bytes: enc.bytes,
-            merged_at: None,
-        };
+        let held =
+            Held { origin: self.me, round, tokens, steps, bytes: enc.bytes, merged_at: None };
+        lane.votes.credit(self.me, round);
         lane.insert(enc.hash, held, Window::of(&self.settings));
         out.push(Output::Broadcast(Message::Contribution(announce)));
         self.check_quorum(p, now, out);
@@ -350,8 +407,7 @@ impl Protocol {
     fn on_message(&mut self, from: PeerId, msg: Message, now: Millis, out: &mut Vec<Output>) {
         let p = msg.fragment() as usize;
         if p >= self.lanes.len() {
-            out.push(Output::Misbehaved { peer: from, reason: format!("unknown fragment {p}") });
-            return;
+            return misbehaved(out, from, Offence::UnknownFragment, format!("fragment {p}"));
         }
         match msg {
             Message::State(s) => self.vote(from, p, s.round, s.hash, now, out),
@@ -361,12 +417,29 @@ impl Protocol {
                 // peer learns where the swarm is one announcement earlier). Skipping it
                 // otherwise halves the vote bookkeeping, which is per peer per round.
                 let lane = &self.lanes[p];
-                if c.base_round > lane.state.round.max(lane.closed_round) + 1 {
+                if c.base_round > lane.state.round.max(lane.closed_round).saturating_add(1) {
                     self.vote(from, p, c.base_round, c.base, now, out);
                 }
                 self.on_announce(from, p, c, now, out);
             }
         }
+    }
+
+    /// Checks an announcement's claims against the manifest; `Err` names the offence.
+    fn check_claims(&self, from: PeerId, c: &ContributionAnnounce) -> Result<(), Misdeed> {
+        if c.origin != from {
+            let detail = format!("announced a delta as {:?}", c.origin);
+            return Err((Offence::ForgedAuthor, detail));
+        }
+        if c.size > self.limits.max_payload_bytes as u64 {
+            return Err((Offence::Oversized, format!("announced {} bytes", c.size)));
+        }
+        let most = c.steps.saturating_mul(self.settings.tokens_per_step());
+        if c.steps == 0 || c.tokens > most {
+            let detail = format!("{} tokens in {} steps", c.tokens, c.steps);
+            return Err((Offence::InflatedClaim, detail));
+        }
+        Ok(())
     }
 
     fn on_announce(
@@ -377,42 +450,62 @@ impl Protocol {
         now: Millis,
         out: &mut Vec<Output>,
     ) {
+        if let Err((offence, detail)) = self.check_claims(from, &c) {
+            self.metrics.rejected += 1;
+            return misbehaved(out, from, offence, detail);
+        }
+        let lane = &self.lanes[p];
+        // One contribution per author per fragment round: the first announced wins.
+        if lane.claims.get(&(from, c.round)).is_some_and(|h| *h != c.hash) {
+            self.metrics.rejected += 1;
+            let detail = format!("second delta for round {}", c.round);
+            return misbehaved(out, from, Offence::Equivocation, detail);
+        }
+        let claim = Claim { author: from, round: c.round, tokens: c.tokens, steps: c.steps };
         if let Some(f) = self.in_flight.get_mut(&c.hash) {
-            if !f.sources.contains(&from) && f.sources.len() < 8 {
-                f.sources.push(from);
+            // Someone else announced the same bytes as theirs: only one of the two can be
+            // the author the header names; the fetch result tells which.
+            if let Kind::Delta { claims } = &mut f.kind {
+                if claims.len() < 8 && !claims.contains(&claim) {
+                    claims.push(claim);
+                    f.sources.push(from);
+                    self.lanes[p].claims.insert((from, c.round), c.hash);
+                }
             }
             return;
         }
-        let lane = &self.lanes[p];
         let current = self.schedule.current_round(p, now);
-        let fresh = !Window::of(&self.settings).stale(c.round, current) && c.round <= current + 1;
+        let fresh = !Window::of(&self.settings).stale(c.round, current)
+            && c.round <= current.saturating_add(1);
         if !fresh || lane.held.contains_key(&c.hash) || lane.state.has_merged(c.hash.short()) {
             return;
         }
         if self.rejected.contains(&c.hash) {
             return;
         }
-        if c.size > self.limits.max_payload_bytes as u64 {
-            out.push(Output::Misbehaved {
-                peer: from,
-                reason: format!("announced {} bytes", c.size),
-            });
-            return;
-        }
-        if self.in_flight.len() >= MAX_IN_FLIGHT || lane.held.len() >= self.settings.raw().max_held
+        let r = self.settings.raw();
+        // Deltas being fetched count as announced: the budget holds before the bytes come.
+        let held_bytes: u64 =
+            self.lanes.iter().map(|l| l.held_bytes).sum::<u64>() + self.in_flight_bytes;
+        if self.in_flight.len() >= MAX_IN_FLIGHT
+            || lane.held.len() >= r.max_held
+            || lane.claims.len() >= r.max_held
+            || held_bytes.saturating_add(c.size) > r.max_held_bytes
         {
             self.metrics.refused_full += 1;
             return;
         }
+        self.lanes[p].claims.insert((from, c.round), c.hash);
         let f = InFlight {
             fragment: p,
-            kind: Kind::Delta { round: c.round },
+            kind: Kind::Delta { claims: vec![claim] },
             sources: vec![from],
             attempts: 0,
             announced_at: now,
             deadline: now,
             max_len: c.size,
         };
+        self.in_flight_bytes += c.size;
         self.in_flight.insert(c.hash, f);
         self.retry(c.hash, now, out);
     }
@@ -421,13 +514,13 @@ impl Protocol {
     pub(super) fn retry(&mut self, hash: ContentHash, now: Millis, out: &mut Vec<Output>) {
         let Some(f) = self.in_flight.get_mut(&hash) else { return };
         if f.attempts >= self.settings.raw().fetch_attempts {
-            let f = self.in_flight.remove(&hash);
-            if let Some(InFlight { kind: Kind::State, fragment, .. }) = f {
+            let f = self.end_fetch(&hash);
+            if let Some(InFlight { kind: Kind::State { .. }, fragment, .. }) = f {
                 self.lanes[fragment].state_fetch = None;
                 if self.unreachable.len() >= MAX_REJECTED {
                     self.unreachable.clear();
                 }
-                self.unreachable.insert(hash, now + 2 * self.settings.period_ms());
+                self.unreachable.insert(hash, now.saturating_add(2 * self.settings.period_ms()));
             }
             self.metrics.fetch_failures += 1;
             return;
@@ -435,7 +528,7 @@ impl Protocol {
         let from = f.sources[f.attempts as usize % f.sources.len()];
         let also = f.sources.iter().copied().filter(|&s| s != from).collect();
         f.attempts += 1;
-        f.deadline = now + self.settings.raw().fetch_timeout_ms;
+        f.deadline = now.saturating_add(self.settings.raw().fetch_timeout_ms);
         self.metrics.fetches += 1;
         out.push(Output::Fetch { from, also, hash, max_len: f.max_len });
         if self.sweep_at.is_none() {
@@ -443,10 +536,19 @@ impl Protocol {
         }
     }
 
+    /// Removes a fetch from the table, releasing the bytes it held in the budget.
+    fn end_fetch(&mut self, hash: &ContentHash) -> Option<InFlight> {
+        let f = self.in_flight.remove(hash)?;
+        if matches!(f.kind, Kind::Delta { .. }) {
+            self.in_flight_bytes = self.in_flight_bytes.saturating_sub(f.max_len);
+        }
+        Some(f)
+    }
+
     /// One timer sweeps all fetch deadlines: a timer per fetch would be a million timer
     /// events per round in a thousand-peer swarm, nearly all for fetches long answered.
     fn arm_sweep(&mut self, now: Millis, out: &mut Vec<Output>) {
-        let at = now + (self.settings.raw().fetch_timeout_ms / 4).max(1);
+        let at = now.saturating_add((self.settings.raw().fetch_timeout_ms / 4).max(1));
         self.sweep_at = Some(at);
         out.push(Output::SetTimer { at, timer: Timer::FetchSweep });
     }
@@ -479,17 +581,15 @@ impl Protocol {
             return;
         }
         if ContentHash::of(&bytes) != hash {
-            out.push(Output::Misbehaved {
-                peer: from,
-                reason: "payload does not match its hash".into(),
-            });
+            let detail = "payload does not match its hash".to_string();
+            misbehaved(out, from, Offence::BadPayload, detail);
             self.metrics.rejected += 1;
             return self.retry(hash, now, out);
         }
-        let Some(f) = self.in_flight.remove(&hash) else { return };
+        let Some(f) = self.end_fetch(&hash) else { return };
         match f.kind {
             Kind::Delta { .. } => self.accept_delta(from, hash, bytes, &f, now, out),
-            Kind::State => self.accept_state(from, hash, &bytes, f.fragment, out),
+            Kind::State { round } => self.accept_state(from, hash, &bytes, f.fragment, round, out),
         }
     }
 
@@ -497,16 +597,17 @@ impl Protocol {
         &mut self,
         from: PeerId,
         hash: ContentHash,
-        reason: String,
+        offence: Offence,
+        detail: String,
         out: &mut Vec<Output>,
     ) {
         self.metrics.rejected += 1;
         self.note_rejected(hash);
-        out.push(Output::Misbehaved { peer: from, reason });
+        misbehaved(out, from, offence, detail);
     }
 
     /// Remembers a payload not to fetch again.
-    fn note_rejected(&mut self, hash: ContentHash) {
+    pub(super) fn note_rejected(&mut self, hash: ContentHash) {
         if self.rejected.len() >= MAX_REJECTED {
             self.rejected.clear();
         }
@@ -524,36 +625,58 @@ impl Protocol {
     ) {
         let p = f.fragment;
         let w = Window::of(&self.settings);
-        let lane = &mut self.lanes[p];
-        let d = match delta::decode(&bytes, &lane.spec, &self.limits) {
+        let d = match delta::decode(&bytes, &self.lanes[p].spec, &self.limits) {
             Ok(d) => d,
-            Err(e) => return self.reject(from, hash, e.to_string(), out),
+            Err(e) => return self.reject(from, hash, Offence::BadPayload, e.to_string(), out),
         };
-        if lane.guard.check(d.norm).is_err() {
-            // A statistical judgement, not proof of malice: an honest peer back from a
-            // stall sends a delta of many steps. Drop it (and never fetch it again), but do
-            // not report the sender, who may only have relayed it.
-            self.metrics.norm_outliers += 1;
-            self.note_rejected(hash);
+        let Kind::Delta { claims } = &f.kind else { return };
+        // The header names the author; only that author's own (signed) announcement
+        // credits it. Announcers whose claims the header contradicts lied.
+        let header = header_claim(&d);
+        for c in claims.iter().filter(|c| **c != header) {
+            self.metrics.rejected += 1;
+            let detail = format!("announced {c:?}, the payload says {header:?}");
+            misbehaved(out, c.author, Offence::ClaimMismatch, detail);
+        }
+        if !claims.contains(&header) {
+            // Not announced by its author (yet): wait for that announcement.
             return;
         }
+        let lane = &mut self.lanes[p];
         let current = self.schedule.current_round(p, now);
         if w.stale(d.meta.round, current) || lane.state.has_merged(hash.short()) {
             return;
         }
-        lane.guard.record(d.norm);
         self.grace.t_sync.update(now.saturating_sub(f.announced_at) as f64);
         let held = Held {
-            origin: f.sources.first().copied().unwrap_or(from),
-            round: d.meta.round,
-            tokens: d.meta.tokens,
-            steps: d.meta.steps,
-            values: Some(d.values),
+            origin: header.author,
+            round: header.round,
+            tokens: header.tokens,
+            steps: header.steps,
             bytes,
             merged_at: None,
         };
+        // Verified work of this author: its state votes count from now on.
+        lane.votes.credit(header.author, header.round);
         if lane.insert(hash, held, w) {
             self.check_quorum(p, now, out);
         }
     }
+}
+
+/// What a decoded delta's header claims, in the form announcements are checked in.
+fn header_claim(d: &Decoded) -> Claim {
+    Claim {
+        author: PeerId(d.meta.author),
+        round: d.meta.round,
+        tokens: d.meta.tokens,
+        steps: d.meta.steps,
+    }
+}
+
+/// An offence and what exactly was wrong.
+type Misdeed = (Offence, String);
+
+pub(super) fn misbehaved(out: &mut Vec<Output>, peer: PeerId, offence: Offence, detail: String) {
+    out.push(Output::Misbehaved { peer, offence, detail });
 }

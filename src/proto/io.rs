@@ -120,7 +120,52 @@ pub enum Output {
     /// The fragment's state was replaced by the majority's (reconciliation or catch-up).
     Adopted { fragment: usize, round: u64, hash: ContentHash, previous_round: u64 },
     /// A peer sent something invalid: log it and lower its score.
-    Misbehaved { peer: PeerId, reason: String },
+    Misbehaved { peer: PeerId, offence: Offence, detail: String },
+}
+
+/// What a peer did wrong; every variant is provable from what it sent (a signed
+/// announcement or a payload it served), never a statistical judgement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum Offence {
+    /// A message about a fragment the run does not have.
+    UnknownFragment,
+    /// An announcement of a payload above the size limit.
+    Oversized,
+    /// An announcement that names another peer as the delta's author.
+    ForgedAuthor,
+    /// Claims the manifest rules out (more tokens than its steps can hold, zero steps).
+    InflatedClaim,
+    /// A second, different delta from one author for one fragment round.
+    Equivocation,
+    /// A payload whose header contradicts the announcement it was fetched for.
+    ClaimMismatch,
+    /// Bytes that do not match their hash, or that do not decode.
+    BadPayload,
+    /// A state whose round is not the one voted for, or that cannot exist yet.
+    BadState,
+}
+
+impl Offence {
+    /// Short name, for logs and the `rejected` counts in `status.json`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Offence::UnknownFragment => "unknown_fragment",
+            Offence::Oversized => "oversized",
+            Offence::ForgedAuthor => "forged_author",
+            Offence::InflatedClaim => "inflated_claim",
+            Offence::Equivocation => "equivocation",
+            Offence::ClaimMismatch => "claim_mismatch",
+            Offence::BadPayload => "bad_payload",
+            Offence::BadState => "bad_state",
+        }
+    }
+}
+
+impl std::fmt::Display for Offence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Counters on the hot paths.
@@ -138,7 +183,7 @@ pub struct Metrics {
     pub fetches: u64,
     pub fetch_failures: u64,
     pub rejected: u64,
-    /// Deltas dropped by the norm check (not counted in `rejected`: no one is blamed).
-    pub norm_outliers: u64,
+    /// Contributions dropped because they made a merge non-finite.
+    pub nonfinite_dropped: u64,
     pub refused_full: u64,
 }

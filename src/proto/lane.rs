@@ -7,7 +7,7 @@ use super::merge::{self, Input};
 use super::reconcile::Votes;
 use super::state::FragmentState;
 use super::{Millis, PeerId, Settings};
-use crate::delta::{self, ContentHash, ErrorFeedback, Limits, NormGuard};
+use crate::delta::{self, ContentHash, ErrorFeedback, Limits};
 use crate::fragment::FragmentSpec;
 use std::sync::Arc;
 
@@ -15,12 +15,15 @@ use std::sync::Arc;
 /// served, and re-queued if an adopted state turns out not to contain it).
 #[derive(Debug, Clone)]
 pub(crate) struct Held {
+    /// The author: named in the delta's hashed header and equal to the gossip signer of
+    /// its announcement.
     pub origin: PeerId,
     pub round: u64,
     pub tokens: u64,
     pub steps: u64,
-    /// Decoded values while pending; dropped once merged to save memory.
-    pub values: Option<Vec<f32>>,
+    /// The payload, encoded: decoded values would cost 8× the bytes of a 4-bit delta (a
+    /// 200-byte zstd zero delta decodes to hundreds of KB), so it is decoded again at the
+    /// merge.
     pub bytes: Arc<[u8]>,
     /// Round this peer's lineage merged it in.
     pub merged_at: Option<u64>,
@@ -48,11 +51,15 @@ pub(crate) struct Lane {
     pub state: FragmentState,
     pub state_hash: ContentHash,
     pub feedback: ErrorFeedback,
-    pub guard: NormGuard,
     pub votes: Votes,
     /// By content hash. Walks over it are in map order; the merge sorts its inputs and
     /// re-announcements are sorted, so no result depends on that order.
     pub held: FastMap<ContentHash, Held>,
+    /// Bytes of the payloads in `held`.
+    pub held_bytes: u64,
+    /// The delta each author announced for a round (first one wins): one contribution per
+    /// author per fragment round, and a second, different one is equivocation.
+    pub claims: FastMap<(PeerId, u64), ContentHash>,
     pub open: Option<OpenRound>,
     /// State payload being fetched (at most one at a time per fragment).
     pub state_fetch: Option<ContentHash>,
@@ -79,13 +86,15 @@ impl Window {
     }
 
     /// Whether a contribution made for `made_for` may be merged in round `round`.
+    /// (Saturating: a round number comes from the network.)
     pub fn eligible(&self, made_for: u64, round: u64) -> bool {
-        made_for + self.lag <= round && made_for + self.lag + self.lateness >= round
+        made_for.saturating_add(self.lag) <= round
+            && made_for.saturating_add(self.lag + self.lateness) >= round
     }
 
     /// Whether a contribution made for `made_for` can no longer be merged after `round`.
     pub fn stale(&self, made_for: u64, round: u64) -> bool {
-        made_for + self.lag + self.lateness < round
+        made_for.saturating_add(self.lag + self.lateness) < round
     }
 
     /// Rounds of merged-id log a state must keep to refuse every duplicate.
@@ -96,21 +105,23 @@ impl Window {
 
 impl Lane {
     pub fn new(
+        me: PeerId,
         spec: FragmentSpec,
         state: FragmentState,
         settings: &Settings,
         peers: usize,
     ) -> Self {
-        let r = settings.raw();
         let numel = spec.numel();
+        let credit_rounds = Window::of(settings).log_rounds() + 2;
         Self {
             spec,
             state_hash: state.hash(),
             state,
             feedback: ErrorFeedback::new(numel),
-            guard: NormGuard::new(r.norm_window, 8.min(r.norm_window), r.norm_factor),
-            votes: Votes::new(peers),
+            votes: Votes::new(me, peers, credit_rounds),
             held: FastMap::default(),
+            held_bytes: 0,
+            claims: FastMap::default(),
             open: None,
             state_fetch: None,
             last_snapshot_at: None,
@@ -127,7 +138,11 @@ impl Lane {
     /// Stores a contribution; returns whether it counts towards the open round.
     pub fn insert(&mut self, hash: ContentHash, h: Held, w: Window) -> bool {
         let counts = self.counts_now(&h, w);
-        self.held.insert(hash, h);
+        self.claims.insert((h.origin, h.round), hash);
+        self.held_bytes += h.bytes.len() as u64;
+        if let Some(old) = self.held.insert(hash, h) {
+            self.held_bytes -= old.bytes.len() as u64;
+        }
         if counts {
             if let Some(o) = self.open.as_mut() {
                 o.eligible += 1;
@@ -158,45 +173,78 @@ impl Lane {
     }
 
     /// Merges the open round's eligible contributions into the state (DESIGN.md §2.3).
+    /// Returns the outputs and the contributions dropped because they made the merge
+    /// non-finite (the caller refuses them from then on).
     pub fn merge(
         &mut self,
         me: PeerId,
         settings: &Settings,
+        limits: &Limits,
         now: Millis,
         m: &mut Metrics,
-    ) -> Vec<Output> {
+    ) -> (Vec<Output>, Vec<ContentHash>) {
         let r = settings.raw();
         let w = Window::of(settings);
-        let Some(open) = self.open.as_mut() else { return Vec::new() };
+        let Some(open) = self.open.as_mut() else { return (Vec::new(), Vec::new()) };
         open.closed = true;
         self.closed_round = self.closed_round.max(open.round);
         let (round, opened_at, quorum_at, grace_ms) =
             (open.round, open.opened_at, open.quorum_at, open.grace_ms);
-        let mut inputs: Vec<Input<'_>> = self
+        let max_steps = settings.max_weighted_steps();
+        // Held payloads passed every check on arrival; decoding them again cannot fail
+        // unless memory was corrupted, and such a payload is simply left out.
+        let decoded: Vec<(ContentHash, PeerId, u64, u64, Vec<f32>)> = self
             .held
             .iter()
             .filter(|(_, h)| h.merged_at.is_none() && w.eligible(h.round, round))
             .filter_map(|(hash, h)| {
-                let values = h.values.as_deref()?;
-                Some(Input { hash: *hash, tokens: h.tokens, steps: h.steps, values })
+                let d = delta::decode(&h.bytes, &self.spec, limits).ok()?;
+                // A claim of more steps than a round allows weighs as if it held the
+                // bound, tokens scaled alike (claims were checked against the manifest).
+                let steps = h.steps.min(max_steps);
+                let tokens =
+                    (u128::from(h.tokens) * u128::from(steps) / u128::from(h.steps.max(1))) as u64;
+                Some((*hash, h.origin, tokens, steps, d.values))
+            })
+            .collect();
+        let mut inputs: Vec<Input<'_>> = decoded
+            .iter()
+            .map(|(hash, author, tokens, steps, values)| Input {
+                hash: *hash,
+                author: *author,
+                tokens: *tokens,
+                steps: *steps,
+                values,
             })
             .collect();
         // The incremental count can overstate what is mergeable (a counted delta may have
         // been found merged by an adopted state since); the set itself decides.
         if inputs.len() < r.quorum {
             m.skipped_rounds += 1;
-            return vec![Output::Skipped { fragment: self.spec.id, round }];
+            return (vec![Output::Skipped { fragment: self.spec.id, round }], Vec::new());
         }
         merge::canonical_order(&mut inputs);
-        let delta = merge::combine(&self.spec, &inputs, r.merge);
-        let merged: Vec<ContentHash> = inputs.iter().map(|i| i.hash).collect();
-        merge::outer_step(
-            &mut self.state.anchor,
-            &mut self.state.momentum,
-            &delta,
-            r.outer_lr,
-            r.momentum,
+        let (anchor, momentum, dropped) = merge::robust_step(
+            &self.spec,
+            &mut inputs,
+            &self.state.anchor,
+            &self.state.momentum,
+            settings,
         );
+        m.nonfinite_dropped += dropped.len() as u64;
+        for hash in &dropped {
+            if let Some(h) = self.held.remove(hash) {
+                self.held_bytes -= h.bytes.len() as u64;
+            }
+        }
+        if inputs.is_empty() {
+            m.skipped_rounds += 1;
+            return (vec![Output::Skipped { fragment: self.spec.id, round }], dropped);
+        }
+        self.state.anchor = anchor;
+        self.state.momentum = momentum;
+        let merged: Vec<ContentHash> = inputs.iter().map(|i| i.hash).collect();
+        drop(inputs);
         self.state.round = round;
         let shorts = merged.iter().map(ContentHash::short).collect();
         self.state.record(round, shorts, w.log_rounds());
@@ -205,9 +253,8 @@ impl Lane {
         for hash in &merged {
             if let Some(h) = self.held.get_mut(hash) {
                 contributions.push(Contribution { origin: h.origin, tokens: h.tokens });
-                late += usize::from(h.round + w.lag < round);
+                late += usize::from(h.round.saturating_add(w.lag) < round);
                 h.merged_at = Some(round);
-                h.values = None;
             }
         }
         self.state_hash = self.state.hash();
@@ -227,7 +274,7 @@ impl Lane {
             waited_ms: quorum_at.map_or(0, |q| now.saturating_sub(q)),
             grace_ms,
         };
-        self.after_state_change(settings, Output::Merged(report))
+        (self.after_state_change(settings, Output::Merged(report)), dropped)
     }
 
     /// Outputs shared by merge and adoption: the anchor for the trainer, the state
@@ -250,31 +297,32 @@ impl Lane {
 
     /// Drops contributions too old to merge; unmerged ones are counted as stale.
     fn prune(&mut self, round: u64, w: Window, m: &mut Metrics) {
+        let mut freed = 0;
         self.held.retain(|_, h| {
             let keep = !w.stale(h.round, round);
-            if !keep && h.merged_at.is_none() {
-                m.stale_dropped += 1;
+            if !keep {
+                freed += h.bytes.len() as u64;
+                if h.merged_at.is_none() {
+                    m.stale_dropped += 1;
+                }
             }
             keep
         });
-        self.votes.prune(round.saturating_sub(w.log_rounds()));
+        self.held_bytes -= freed;
+        self.claims.retain(|(_, r), _| !w.stale(*r, round));
+        self.votes.prune(round.saturating_sub(w.log_rounds()), round);
     }
 
     /// Marks held deltas that `new` already merged as merged, and re-queues those this peer
     /// had merged but `new` had not; returns the re-queued ones in hash order.
-    fn requeue(&mut self, new: &FragmentState, limits: &Limits) -> Vec<ContentHash> {
+    fn requeue(&mut self, new: &FragmentState) -> Vec<ContentHash> {
         let mut resurrected = Vec::new();
         for (h, held) in self.held.iter_mut() {
             if new.has_merged(h.short()) {
                 held.merged_at = Some(new.round);
-                held.values = None;
             } else if held.merged_at.is_some() {
-                // Re-decode: these bytes passed every check when they first arrived.
-                if let Ok(d) = delta::decode(&held.bytes, &self.spec, limits) {
-                    held.values = Some(d.values);
-                    held.merged_at = None;
-                    resurrected.push(*h);
-                }
+                held.merged_at = None;
+                resurrected.push(*h);
             }
         }
         resurrected.sort_unstable();
@@ -290,13 +338,12 @@ impl Lane {
         new: FragmentState,
         hash: ContentHash,
         settings: &Settings,
-        limits: &Limits,
         m: &mut Metrics,
     ) -> Vec<Output> {
         let previous_round = self.state.round;
         let new_round = new.round;
         let w = Window::of(settings);
-        let resurrected = self.requeue(&new, limits);
+        let resurrected = self.requeue(&new);
         m.adoptions += 1;
         m.resurrected += resurrected.len() as u64;
         // Only the origin re-announces: every peer of a minority re-announcing every

@@ -6,7 +6,7 @@
 //! values are rounded to f32 once. Rust never fuses multiply-adds on its own, so the same
 //! previous state and the same set give the same bits on every machine (§3.1.3).
 
-use super::MergeRule;
+use super::{MergeRule, PeerId};
 use crate::delta::ContentHash;
 use crate::fragment::FragmentSpec;
 
@@ -14,13 +14,34 @@ use crate::fragment::FragmentSpec;
 #[derive(Debug, Clone, Copy)]
 pub struct Input<'a> {
     pub hash: ContentHash,
+    /// The peer that made it (bound into the hashed bytes and checked against the signer).
+    pub author: PeerId,
     pub tokens: u64,
     pub steps: u64,
     pub values: &'a [f32],
 }
 
+/// The robustness bounds of a merge; every peer derives them from the same settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bounds {
+    /// A contribution's norm per tensor is clipped to `clip × the round's median norm` of
+    /// that tensor.
+    pub clip: f64,
+    /// No author's total weight may exceed `max_share × the median author's weight`.
+    pub max_share: f64,
+    /// Fraction of values trimmed at each end per coordinate by [`MergeRule::TrimmedMean`].
+    pub trim: f64,
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Self { clip: 2.0, max_share: 4.0, trim: 0.2 }
+    }
+}
+
 /// `tokens² / steps` (tokens processed × tokens per step): fast and big-batch learners
-/// weigh more. A contribution with no tokens gets weight 0.
+/// weigh more. A contribution with no tokens gets weight 0. The claims are bounded by the
+/// manifest before a delta is accepted; [`author_weights`] caps what remains.
 pub fn weight(tokens: u64, steps: u64) -> f64 {
     let t = tokens as f64;
     t * t / steps.max(1) as f64
@@ -31,25 +52,79 @@ pub fn canonical_order(inputs: &mut [Input<'_>]) {
     inputs.sort_by_key(|i| i.hash);
 }
 
-/// Combines the deltas (already in canonical order) into the outer gradient `Δ`.
+/// The median of `v` (lower median for an even count): robust to any minority of outliers
+/// on either side, and with two values it trusts the smaller one (a huge value is the
+/// dangerous kind). `v` must not be empty.
+fn lower_median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[(v.len() - 1) / 2]
+}
+
+/// Token weights with each author's total capped at `max_share ×` the median author's
+/// total. The weight is a claim: claims are bounded by the manifest on arrival, and this cap
+/// keeps any one author — however much work it claims — from owning a merge. Computed from
+/// the round's own set only, so every peer that merges the same set gets the same weights.
 /// All-zero weights fall back to equal weights so a round of token-less deltas still moves.
-pub fn combine(spec: &FragmentSpec, inputs: &[Input<'_>], rule: MergeRule) -> Vec<f32> {
+pub fn author_weights(inputs: &[Input<'_>], max_share: f64) -> Vec<f64> {
+    let mut w: Vec<f64> = inputs.iter().map(|i| weight(i.tokens, i.steps)).collect();
+    // Group by author (sorted indices: O(n log n) for a thousand-peer round).
+    let mut order: Vec<usize> = (0..inputs.len()).collect();
+    order.sort_by_key(|&i| (inputs[i].author, i));
+    let groups: Vec<&[usize]> =
+        order.chunk_by(|&a, &b| inputs[a].author == inputs[b].author).collect();
+    let totals: Vec<f64> = groups.iter().map(|g| g.iter().map(|&i| w[i]).sum()).collect();
+    if !totals.is_empty() {
+        let cap = max_share * lower_median(totals.clone());
+        for (g, &total) in groups.iter().zip(&totals) {
+            if total > cap && total > 0.0 {
+                g.iter().for_each(|&i| w[i] *= cap / total);
+            }
+        }
+    }
+    if w.iter().sum::<f64>() <= 0.0 {
+        w.iter_mut().for_each(|x| *x = 1.0);
+    }
+    w
+}
+
+/// Per-tensor clip factors: contribution `i`'s values in a tensor are scaled by
+/// `min(1, clip × median / norm_i)`, the median taken over the round's own contributions.
+/// Deterministic (same set ⇒ same factors on every peer) and with no cold start, unlike a
+/// norm history kept by each peer.
+fn clip_factors(inputs: &[Input<'_>], range: std::ops::Range<usize>, clip: f64) -> Vec<f64> {
+    let norms: Vec<f64> = inputs.iter().map(|i| norm(&i.values[range.clone()])).collect();
+    let limit = clip * lower_median(norms.clone());
+    norms.iter().map(|&n| if n > limit { limit / n } else { 1.0 }).collect()
+}
+
+fn norm(x: &[f32]) -> f64 {
+    x.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>().sqrt()
+}
+
+/// Combines the deltas (already in canonical order) into the outer gradient `Δ`: weights
+/// capped per author, norms clipped per tensor, then the rule.
+pub fn combine(
+    spec: &FragmentSpec,
+    inputs: &[Input<'_>],
+    rule: MergeRule,
+    bounds: &Bounds,
+) -> Vec<f32> {
     let numel = spec.numel();
     if inputs.is_empty() {
         return vec![0.0; numel];
     }
-    let mut w: Vec<f64> = inputs.iter().map(|i| weight(i.tokens, i.steps)).collect();
-    if w.iter().sum::<f64>() <= 0.0 {
-        w.iter_mut().for_each(|x| *x = 1.0);
-    }
+    let w = author_weights(inputs, bounds.max_share);
     let total: f64 = w.iter().sum();
     let mut out = vec![0f32; numel];
     for (tensor, range) in spec.ranges() {
-        let plain = rule == MergeRule::Mean || tensor.is_embedding;
-        let merged = if plain {
-            weighted_mean(inputs, &w, total, range.clone())
-        } else {
-            rda(inputs, &w, total, range.clone())
+        let clip = clip_factors(inputs, range.clone(), bounds.clip);
+        let merged = match rule {
+            MergeRule::TrimmedMean => trimmed_mean(inputs, &clip, bounds.trim, range.clone()),
+            MergeRule::Mean => weighted_mean(inputs, &w, &clip, total, range.clone()),
+            MergeRule::Rda if tensor.is_embedding => {
+                weighted_mean(inputs, &w, &clip, total, range.clone())
+            }
+            MergeRule::Rda => rda(inputs, &w, &clip, total, range.clone()),
         };
         out[range].copy_from_slice(&merged);
     }
@@ -59,28 +134,61 @@ pub fn combine(spec: &FragmentSpec, inputs: &[Input<'_>], rule: MergeRule) -> Ve
 fn weighted_mean(
     inputs: &[Input<'_>],
     w: &[f64],
+    clip: &[f64],
     total: f64,
     range: std::ops::Range<usize>,
 ) -> Vec<f32> {
     let mut acc = vec![0f64; range.len()];
-    for (inp, &wi) in inputs.iter().zip(w) {
+    for ((inp, &wi), &c) in inputs.iter().zip(w).zip(clip) {
+        let k = wi * c;
         for (a, &v) in acc.iter_mut().zip(&inp.values[range.clone()]) {
-            *a += wi * f64::from(v);
+            *a += k * f64::from(v);
         }
     }
     acc.iter().map(|a| (a / total) as f32).collect()
 }
 
-/// Radial-directional averaging: the weighted mean of the norms times the direction of the
-/// weighted mean of the unit vectors. Nearly orthogonal deltas keep their typical length
-/// instead of shrinking like `1/√M`, so the outer learning rate does not depend on `M`.
-fn rda(inputs: &[Input<'_>], w: &[f64], total: f64, range: std::ops::Range<usize>) -> Vec<f32> {
+/// Coordinate-wise trimmed mean (unweighted): per value, the `⌊trim·n⌋` largest and
+/// smallest clipped values are dropped and the rest averaged. Unweighted on purpose: a
+/// weight is a claim, and this rule is for swarms where claims are not trusted.
+fn trimmed_mean(
+    inputs: &[Input<'_>],
+    clip: &[f64],
+    trim: f64,
+    range: std::ops::Range<usize>,
+) -> Vec<f32> {
+    let n = inputs.len();
+    let cut = ((trim * n as f64).floor() as usize).min((n - 1) / 2);
+    let mut column = vec![0f64; n];
+    range
+        .map(|j| {
+            for ((c, inp), &k) in column.iter_mut().zip(inputs).zip(clip) {
+                *c = k * f64::from(inp.values[j]);
+            }
+            column.sort_by(f64::total_cmp);
+            let kept = &column[cut..n - cut];
+            (kept.iter().sum::<f64>() / kept.len() as f64) as f32
+        })
+        .collect()
+}
+
+/// Radial-directional averaging: the weighted mean of the (clipped) norms times the
+/// direction of the weighted mean of the unit vectors. Nearly orthogonal deltas keep their
+/// typical length instead of shrinking like `1/√M`, so the outer learning rate does not
+/// depend on `M`.
+fn rda(
+    inputs: &[Input<'_>],
+    w: &[f64],
+    clip: &[f64],
+    total: f64,
+    range: std::ops::Range<usize>,
+) -> Vec<f32> {
     let mut dir = vec![0f64; range.len()];
     let mut norm_acc = 0f64;
-    for (inp, &wi) in inputs.iter().zip(w) {
+    for ((inp, &wi), &c) in inputs.iter().zip(w).zip(clip) {
         let x = &inp.values[range.clone()];
-        let n = x.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>().sqrt();
-        norm_acc += wi * n;
+        let n = norm(x);
+        norm_acc += wi * c * n;
         if n > 0.0 {
             let k = wi / n;
             for (d, &v) in dir.iter_mut().zip(x) {
@@ -94,6 +202,40 @@ fn rda(inputs: &[Input<'_>], w: &[f64], total: f64, range: std::ops::Range<usize
         return vec![0.0; range.len()];
     }
     dir.iter().map(|d| (radius * d / dn) as f32).collect()
+}
+
+/// The whole merge of a round: [`combine`], then the outer step on copies of the anchor and
+/// momentum. If any resulting value is not finite, the contribution with the largest
+/// absolute value (ties: the larger hash) is dropped and the merge is repeated, so a delta
+/// that would blow up the anchor costs its own contribution, never the round — and every
+/// peer that merges the same set drops the same one. Returns the new anchor and momentum
+/// and the dropped hashes; `inputs` keeps what was merged (possibly nothing).
+pub fn robust_step(
+    spec: &FragmentSpec,
+    inputs: &mut Vec<Input<'_>>,
+    anchor: &[f32],
+    momentum: &[f32],
+    settings: &super::Settings,
+) -> (Vec<f32>, Vec<f32>, Vec<ContentHash>) {
+    let r = settings.raw();
+    let bounds = settings.merge_bounds();
+    let mut dropped = Vec::new();
+    while !inputs.is_empty() {
+        let delta = combine(spec, inputs, r.merge, &bounds);
+        let (mut a, mut m) = (anchor.to_vec(), momentum.to_vec());
+        outer_step(&mut a, &mut m, &delta, r.outer_lr, r.momentum);
+        if a.iter().chain(&m).all(|v| v.is_finite()) {
+            return (a, m, dropped);
+        }
+        let worst = (0..inputs.len())
+            .max_by(|&x, &y| {
+                let big = |i: usize| inputs[i].values.iter().fold(0f32, |b, v| b.max(v.abs()));
+                big(x).total_cmp(&big(y)).then(inputs[x].hash.cmp(&inputs[y].hash))
+            })
+            .unwrap_or(0);
+        dropped.push(inputs.remove(worst).hash);
+    }
+    (anchor.to_vec(), momentum.to_vec(), dropped)
 }
 
 /// Outer SGD with Nesterov momentum: `buf ← μ·buf + Δ; anchor ← anchor − lr·(Δ + μ·buf)`.
@@ -133,6 +275,9 @@ mod tests {
     use crate::fragment::TensorSpec;
     use proptest::prelude::*;
 
+    /// No clipping or capping: the plain rules.
+    const B: Bounds = Bounds { clip: f64::INFINITY, max_share: f64::INFINITY, trim: 0.2 };
+
     fn spec(emb: bool) -> FragmentSpec {
         FragmentSpec {
             id: 0,
@@ -148,6 +293,7 @@ mod tests {
             .enumerate()
             .map(|(i, v)| Input {
                 hash: ContentHash::of(&i.to_le_bytes()),
+                author: PeerId(i as u64),
                 tokens: 100 * (i as u64 + 1),
                 steps: 10,
                 values: v,
@@ -161,13 +307,13 @@ mod tests {
         let mut inp = inputs(&vals);
         inp.iter_mut().for_each(|i| i.tokens = 100);
         canonical_order(&mut inp);
-        let rda_out = combine(&spec(false), &inp, MergeRule::Rda);
-        let mean_out = combine(&spec(false), &inp, MergeRule::Mean);
+        let rda_out = combine(&spec(false), &inp, MergeRule::Rda, &B);
+        let mean_out = combine(&spec(false), &inp, MergeRule::Mean, &B);
         let n = |v: &[f32]| v[..3].iter().map(|x| x * x).sum::<f32>().sqrt();
         assert!((n(&rda_out) - 1.0).abs() < 1e-6);
         assert!((n(&mean_out) - 0.5f32.sqrt()).abs() < 1e-6);
         // The embedding tensor takes the plain mean even under RDA.
-        let emb_out = combine(&spec(true), &inp, MergeRule::Rda);
+        let emb_out = combine(&spec(true), &inp, MergeRule::Rda, &B);
         assert_eq!(&emb_out[..3], &mean_out[..3]);
     }
 
@@ -209,8 +355,8 @@ mod tests {
             b.reverse();
             canonical_order(&mut a);
             canonical_order(&mut b);
-            let x = combine(&spec(true), &a, rule);
-            let y = combine(&spec(true), &b, rule);
+            let x = combine(&spec(true), &a, rule, &B);
+            let y = combine(&spec(true), &b, rule, &B);
             prop_assert_eq!(
                 x.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                 y.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
@@ -223,7 +369,7 @@ mod tests {
         fn rda_norm_is_weighted_mean_norm(vals in prop::collection::vec(prop::collection::vec(0.1f32..1.0, 5), 1..6)) {
             let mut inp = inputs(&vals);
             canonical_order(&mut inp);
-            let out = combine(&spec(false), &inp, MergeRule::Rda);
+            let out = combine(&spec(false), &inp, MergeRule::Rda, &B);
             let w: Vec<f64> = inp.iter().map(|i| weight(i.tokens, i.steps)).collect();
             let tw: f64 = w.iter().sum();
             let want: f64 = inp.iter().zip(&w)

@@ -4,6 +4,12 @@
 //! held by the most recently heard peers wins; ties go to the smallest hash, so every peer
 //! that heard the same announcements picks the same winner without talking further. Only
 //! each peer's latest announcement counts, so a peer that moved on is not counted twice.
+//!
+//! A vote is only as good as its voter: gossip keys cost nothing, so a flood of fresh
+//! identities could otherwise outvote the swarm or make a peer believe it is behind. Only
+//! *credited* voters count — peers whose deltas this peer fetched, decoded and accepted in
+//! recent rounds (verified work), and this peer itself. Votes of others are kept (bounded)
+//! and count as soon as their voter is credited.
 
 use super::fasthash::FastMap;
 use super::PeerId;
@@ -13,10 +19,15 @@ use std::collections::BTreeMap;
 /// The latest state announcement of each peer, for one fragment.
 #[derive(Debug, Clone)]
 pub struct Votes {
+    me: PeerId,
     latest: FastMap<PeerId, (u64, ContentHash)>,
-    /// Most peers remembered; a flood of fake identities cannot grow memory past it.
+    /// Voters with verified work: the round of their latest accepted contribution.
+    credits: FastMap<PeerId, u64>,
+    /// Most peers remembered (in each map); fake identities cannot grow memory past it.
     capacity: usize,
-    /// Highest round recorded (O(1) "am I behind?" checks on every message).
+    /// A credit lapses this many rounds after the contribution that earned it.
+    credit_rounds: u64,
+    /// Highest round of a counted vote (O(1) "am I behind?" checks on every message).
     max_round: u64,
 }
 
@@ -32,8 +43,40 @@ pub struct Leader {
 }
 
 impl Votes {
-    pub fn new(capacity: usize) -> Self {
-        Self { latest: FastMap::default(), capacity, max_round: 0 }
+    pub fn new(me: PeerId, capacity: usize, credit_rounds: u64) -> Self {
+        Self {
+            me,
+            latest: FastMap::default(),
+            credits: FastMap::default(),
+            capacity,
+            credit_rounds,
+            max_round: 0,
+        }
+    }
+
+    /// Whether `peer`'s votes count.
+    pub fn counts(&self, peer: &PeerId) -> bool {
+        *peer == self.me || self.credits.contains_key(peer)
+    }
+
+    /// `peer` made a contribution for `round` that this peer verified and accepted.
+    pub fn credit(&mut self, peer: PeerId, round: u64) {
+        let full = self.credits.len() >= self.capacity;
+        match self.credits.entry(peer) {
+            std::collections::hash_map::Entry::Occupied(mut e) => {
+                let r = e.get_mut();
+                *r = (*r).max(round);
+            }
+            std::collections::hash_map::Entry::Vacant(e) => {
+                if full {
+                    return;
+                }
+                e.insert(round);
+            }
+        }
+        if let Some((r, _)) = self.latest.get(&peer) {
+            self.max_round = self.max_round.max(*r);
+        }
     }
 
     /// Records `peer`'s announcement unless it is older than what we have from it.
@@ -53,7 +96,9 @@ impl Votes {
                 e.insert((round, hash));
             }
         }
-        self.max_round = self.max_round.max(round);
+        if self.counts(&peer) {
+            self.max_round = self.max_round.max(round);
+        }
     }
 
     /// Highest round anyone announced (0 if none).
@@ -61,21 +106,30 @@ impl Votes {
         self.max_round
     }
 
-    /// Forgets peers whose latest announcement is older than `oldest` (gone or stuck).
-    pub fn prune(&mut self, oldest: u64) {
+    /// Forgets peers whose latest announcement is older than `oldest` (gone or stuck), and
+    /// credits that lapsed by round `now`.
+    pub fn prune(&mut self, oldest: u64, now: u64) {
         self.latest.retain(|_, (r, _)| *r >= oldest);
+        let keep = self.credit_rounds;
+        self.credits.retain(|_, r| r.saturating_add(keep) >= now);
+        self.max_round = self.counted().map(|(_, (r, _))| *r).max().unwrap_or(0);
     }
 
-    /// The most recent round that anyone announced, up to `max_round`.
+    /// The votes that count.
+    fn counted(&self) -> impl Iterator<Item = (&PeerId, &(u64, ContentHash))> {
+        self.latest.iter().filter(|(p, _)| self.counts(p))
+    }
+
+    /// The most recent round that a counted voter announced, up to `max_round`.
     pub fn latest_round(&self, max_round: u64) -> Option<u64> {
-        self.latest.values().map(|(r, _)| *r).filter(|&r| r <= max_round).max()
+        self.counted().map(|(_, (r, _))| *r).filter(|&r| r <= max_round).max()
     }
 
     /// The state most peers hold for `round` (ties: smallest hash).
     pub fn leader(&self, round: u64) -> Option<Leader> {
         let mut tally: BTreeMap<ContentHash, Vec<PeerId>> = BTreeMap::new();
         let mut voters = 0;
-        for (peer, (r, h)) in &self.latest {
+        for (peer, (r, h)) in self.counted() {
             if *r == round {
                 tally.entry(*h).or_default().push(*peer);
                 voters += 1;
@@ -91,7 +145,7 @@ impl Votes {
     /// Fraction of the peers that announced `round` holding `hash` (1 when nobody did).
     pub fn agreement(&self, round: u64, hash: ContentHash) -> f64 {
         let (mut same, mut all) = (0usize, 0usize);
-        for (r, h) in self.latest.values() {
+        for (_, (r, h)) in self.counted() {
             if *r == round {
                 all += 1;
                 same += usize::from(*h == hash);
@@ -112,7 +166,8 @@ mod tests {
     #[test]
     fn majority_then_smallest_hash_wins() {
         let (a, b) = (ContentHash([1; 32]), ContentHash([2; 32]));
-        let mut v = Votes::new(10);
+        let mut v = Votes::new(PeerId(0), 10, 4);
+        (1..=3).for_each(|p| v.credit(PeerId(p), 5));
         v.record(PeerId(1), 5, b);
         v.record(PeerId(2), 5, a);
         assert_eq!(v.leader(5).unwrap().hash, a);
@@ -125,16 +180,38 @@ mod tests {
         assert_eq!(v.leader(5).unwrap().hash, a);
         assert_eq!(v.latest_round(100), Some(6));
         assert_eq!(v.latest_round(5), Some(5));
-        v.prune(6);
+        v.prune(6, 6);
         assert!(v.leader(5).is_none());
     }
 
     #[test]
     fn capacity_bounds_memory() {
-        let mut v = Votes::new(2);
+        let mut v = Votes::new(PeerId(0), 2, 4);
         for i in 0..10 {
+            v.credit(PeerId(i), 1);
             v.record(PeerId(i), 1, ContentHash([0; 32]));
         }
         assert_eq!(v.leader(1).unwrap().voters, 2);
+    }
+
+    #[test]
+    fn only_credited_voters_count() {
+        let (a, b) = (ContentHash([1; 32]), ContentHash([2; 32]));
+        let mut v = Votes::new(PeerId(0), 100, 4);
+        v.record(PeerId(0), 5, a);
+        // Fifty fresh identities vote for a later round and another state: nothing moves.
+        for i in 100..150 {
+            v.record(PeerId(i), 9, b);
+        }
+        assert_eq!(v.max_round(), 5);
+        assert_eq!(v.leader(9), None);
+        assert_eq!(v.leader(5).unwrap().hash, a);
+        // Verified work credits a voter, and its standing vote counts at once.
+        v.credit(PeerId(100), 8);
+        assert_eq!(v.max_round(), 9);
+        assert_eq!(v.leader(9).unwrap().holders, vec![PeerId(100)]);
+        // The credit lapses `credit_rounds` after the work that earned it.
+        v.prune(0, 13);
+        assert_eq!(v.max_round(), 5);
     }
 }

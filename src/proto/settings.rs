@@ -14,6 +14,9 @@ pub enum MergeRule {
     Rda,
     /// Weighted mean for every tensor (ablation baseline).
     Mean,
+    /// Coordinate-wise trimmed mean, unweighted (the stronger rule for open swarms: a
+    /// minority of bad values per coordinate cannot move the result past honest ones).
+    TrimmedMean,
 }
 
 /// Settings as written in a manifest. Field docs give the unit and the default.
@@ -65,14 +68,25 @@ pub struct RawSettings {
     pub fetch_timeout_ms: u64,
     /// Fetch attempts per payload before giving up.
     pub fetch_attempts: u32,
-    /// Most contributions held per fragment (pending or recently merged). Default 65 536.
+    /// Most contributions held per fragment (pending or recently merged). Default 4096.
     pub max_held: usize,
-    /// Deltas above `norm_factor × median of recent norms` are refused. Default 20.
-    pub norm_factor: f32,
-    /// Accepted norms kept per fragment for the outlier check. Default 64.
-    pub norm_window: usize,
+    /// Byte budget of all contributions held (they stay encoded until merged), over all
+    /// fragments. Default 512 MiB.
+    pub max_held_bytes: u64,
     /// Largest payload fetched, in bytes. Default 256 MiB.
     pub max_payload_bytes: usize,
+    /// Per tensor, a contribution's norm is clipped to `clip_factor ×` the median norm of
+    /// the round's own contributions. Default 2.
+    pub clip_factor: f64,
+    /// No author's weight in a merge may exceed `max_author_share ×` the median author's.
+    /// Default 4: a peer four times faster than the median keeps its whole weight.
+    pub max_author_share: f64,
+    /// Fraction trimmed at each end per coordinate by the `trimmed_mean` rule. Default 0.2.
+    pub trim: f64,
+    /// Steps a contribution may claim in its weight, as a multiple of `h`: claims above
+    /// `step_slack × h` weigh as if they held that many (a peer back from a stall keeps its
+    /// work, an inflated claim buys nothing). Default 8.
+    pub step_slack: u64,
 }
 
 impl Default for RawSettings {
@@ -97,10 +111,13 @@ impl Default for RawSettings {
             reconcile_at: 0.5,
             fetch_timeout_ms: 2000,
             fetch_attempts: 3,
-            max_held: 65_536,
-            norm_factor: 20.0,
-            norm_window: 64,
+            max_held: 4096,
+            max_held_bytes: 512 << 20,
             max_payload_bytes: 256 << 20,
+            clip_factor: 2.0,
+            max_author_share: 4.0,
+            trim: 0.2,
+            step_slack: 8,
         }
     }
 }
@@ -112,6 +129,9 @@ pub enum SettingsError {
     #[error("{field} = {value} is out of range: {why}")]
     OutOfRange { field: &'static str, value: String, why: &'static str },
 }
+
+/// A day in ms: the upper bound of every time setting.
+const DAY_MS: u64 = 86_400_000;
 
 fn check(
     ok: bool,
@@ -131,17 +151,30 @@ fn check(
 pub struct Settings {
     raw: RawSettings,
     max_wait_ms: u64,
+    /// Most tokens one inner step can process (batch × context), from the run manifest:
+    /// a contribution claiming more tokens than `steps ×` this is refused.
+    tokens_per_step: u64,
 }
 
 impl Settings {
     /// Validates `raw`.
     pub fn new(raw: RawSettings) -> Result<Self, SettingsError> {
         let r = &raw;
-        check(r.h >= 1, "h", r.h, "at least one inner step per cycle")?;
+        // Bounds that keep every derived time far from u64 overflow: a manifest fetched from
+        // a stranger goes through this too.
+        check((1..=1_000_000).contains(&r.h), "h", r.h, "1..=1000000 inner steps per cycle")?;
         check((1..=4096).contains(&r.fragments), "fragments", r.fragments, "1..=4096")?;
-        check(r.step_ms >= 1, "step_ms", r.step_ms, "at least 1 ms")?;
-        let period = r.h.saturating_mul(r.step_ms);
+        check((1..=3_600_000).contains(&r.step_ms), "step_ms", r.step_ms, "1 ms..=1 h")?;
+        let period = r.h * r.step_ms;
         check(period >= r.fragments as u64, "h", r.h, "period must leave ≥1 ms per fragment")?;
+        check(r.grace_cap_ms <= DAY_MS, "grace_cap_ms", r.grace_cap_ms, "at most a day")?;
+        check(
+            r.max_wait_ms.is_none_or(|w| w <= DAY_MS),
+            "max_wait_ms",
+            format!("{:?}", r.max_wait_ms),
+            "at most a day",
+        )?;
+        check(r.fetch_timeout_ms <= DAY_MS, "fetch_timeout_ms", r.fetch_timeout_ms, "≤ a day")?;
         check(r.quorum >= 1, "quorum", r.quorum, "at least 1")?;
         check((0.0..=1.0).contains(&r.gamma), "gamma", r.gamma, "0..=1")?;
         check(r.tau >= 1, "tau", r.tau, "at least 1")?;
@@ -169,8 +202,11 @@ impl Settings {
         check(r.fetch_timeout_ms >= 1, "fetch_timeout_ms", r.fetch_timeout_ms, "≥ 1")?;
         check(r.fetch_attempts >= 1, "fetch_attempts", r.fetch_attempts, "≥ 1")?;
         check(r.max_held >= r.quorum, "max_held", r.max_held, "must hold at least a quorum")?;
-        check(r.norm_factor > 1.0, "norm_factor", r.norm_factor, "> 1")?;
-        check(r.norm_window >= 1, "norm_window", r.norm_window, "≥ 1")?;
+        check(r.max_held_bytes >= 1 << 20, "max_held_bytes", r.max_held_bytes, "≥ 1 MiB")?;
+        check(r.clip_factor >= 1.0, "clip_factor", r.clip_factor, "≥ 1 (may be inf)")?;
+        check(r.max_author_share >= 1.0, "max_author_share", r.max_author_share, "≥ 1")?;
+        check((0.0..0.5).contains(&r.trim), "trim", r.trim, "[0, 0.5)")?;
+        check((1..=1024).contains(&r.step_slack), "step_slack", r.step_slack, "1..=1024")?;
         check(r.max_payload_bytes >= 64, "max_payload_bytes", r.max_payload_bytes, "≥ 64")?;
         check(
             crate::delta::BLOCK_RANGE.contains(&r.encode.block),
@@ -178,7 +214,34 @@ impl Settings {
             r.encode.block,
             "8..=65536",
         )?;
-        Ok(Self { raw, max_wait_ms: max_wait })
+        Ok(Self { raw, max_wait_ms: max_wait, tokens_per_step: u64::MAX })
+    }
+
+    /// Bounds token claims by what one inner step can process (batch × context of the
+    /// run manifest). Without it any tokens-per-step ratio passes (the manifest and the
+    /// simulator always set it).
+    pub fn with_tokens_per_step(mut self, tokens_per_step: u64) -> Self {
+        self.tokens_per_step = tokens_per_step.max(1);
+        self
+    }
+
+    /// Most tokens one inner step can process.
+    pub fn tokens_per_step(&self) -> u64 {
+        self.tokens_per_step
+    }
+
+    /// Most steps a contribution's weight may count (`step_slack × h`).
+    pub fn max_weighted_steps(&self) -> u64 {
+        self.raw.step_slack * self.raw.h
+    }
+
+    /// The robustness bounds of the merge.
+    pub fn merge_bounds(&self) -> super::merge::Bounds {
+        super::merge::Bounds {
+            clip: self.raw.clip_factor,
+            max_share: self.raw.max_author_share,
+            trim: self.raw.trim,
+        }
     }
 
     /// The settings as given.

@@ -87,7 +87,7 @@ impl FragmentState {
         ids.dedup();
         self.index.extend(ids.iter().copied());
         self.log.push_back((round, ids));
-        while self.log.front().is_some_and(|(r, _)| r + keep < round) {
+        while self.log.front().is_some_and(|(r, _)| r.saturating_add(keep) < round) {
             if let Some((_, old)) = self.log.pop_front() {
                 old.iter().for_each(|id| {
                     self.index.remove(id);

@@ -25,6 +25,7 @@ fn settings(lag: u64) -> Settings {
         ..RawSettings::default()
     })
     .unwrap()
+    .with_tokens_per_step(16)
 }
 
 fn peer(me: u64, lag: u64) -> Protocol {
@@ -167,10 +168,40 @@ fn hostile_inputs_are_refused_without_panicking() {
     assert_eq!(p.pending(), 0);
 }
 
+/// A well-formed delta of fragment 0 by `author` for `round`, with the announcement its
+/// author would sign.
+fn delta_by(author: u64, round: u64, value: f32) -> (ContributionAnnounce, Arc<[u8]>) {
+    let spec = &plan().fragments[0];
+    let meta = crate::delta::DeltaMeta { author, fragment: 0, round, tokens: 64, steps: 4 };
+    let enc =
+        crate::delta::encode(meta, &vec![value; spec.numel()], None, &Default::default()).unwrap();
+    let c = ContributionAnnounce {
+        fragment: 0,
+        round,
+        hash: enc.hash,
+        size: enc.bytes.len() as u64,
+        tokens: 64,
+        steps: 4,
+        origin: PeerId(author),
+        base: ContentHash::default(),
+        base_round: 0,
+    };
+    (c, enc.bytes)
+}
+
+/// Feeds `p` a verified delta of `author`: its state votes count from then on.
+fn credit(p: &mut Protocol, author: u64, round: u64, now: Millis) {
+    let (c, bytes) = delta_by(author, round, 0.01);
+    let from = PeerId(author);
+    p.handle(Event::Message { from, msg: Message::Contribution(c.clone()) }, now);
+    p.handle(Event::Fetched { from, hash: c.hash, bytes }, now);
+}
+
 #[test]
 fn a_state_nobody_can_serve_is_not_chased_round_after_round() {
     let mut p = peer(1, 0);
     p.start(0);
+    credit(&mut p, 9, 5, 5_500);
     let x = ContentHash::of(b"a state only a stalled peer holds");
     let vote = |round| {
         let s = StateAnnounce { fragment: 0, round, hash: x, size: 100 };
@@ -191,3 +222,5 @@ fn a_state_nobody_can_serve_is_not_chased_round_after_round() {
     // Two periods later it may be reachable again.
     assert_eq!(fetches(&p.handle(vote(6), t + 2_100)), 1);
 }
+
+mod attacks;
