@@ -10,8 +10,15 @@ pub mod train;
 
 /// Logs go to stderr; `RUST_LOG` overrides the default level (`info`).
 pub fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // libp2p's "dropping inbound stream" lines name no peer, so they cannot be throttled per
+    // offender: an outsider could decide how much is written to disk.
+    for d in atoll_net::blob::wire::QUIET_LOG_DIRECTIVES {
+        if let Ok(d) = d.parse() {
+            filter = filter.add_directive(d);
+        }
+    }
     use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_env_filter(filter)

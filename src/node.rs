@@ -454,6 +454,10 @@ impl Loop {
             NetEvent::PeerPenalised { peer, reason } => {
                 tracing::warn!(%peer, ?reason, "peer penalised");
             }
+            NetEvent::UploadAbuse { peer, refused } => {
+                tracing::warn!(%peer, refused, "peer keeps asking for more than its share");
+                let _ = self.client.penalize(peer, "upload_abuse").await;
+            }
             other => tracing::debug!(event = ?other, "network event"),
         }
     }
@@ -544,7 +548,7 @@ impl Loop {
                         tracing::warn!(peer = %id, %offence, %detail, "peer misbehaved");
                     }
                     if let Some(p) = libp2p_id {
-                        let _ = self.client.report(p, RejectReason::BadPayload).await;
+                        let _ = self.client.penalize(p, offence.as_str()).await;
                     }
                 }
             }

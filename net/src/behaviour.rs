@@ -1,5 +1,7 @@
 //! The composed libp2p behaviour and its protocol settings.
 
+pub mod scoring;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,11 +13,12 @@ use libp2p::{
 };
 use libp2p::{PeerId, StreamProtocol};
 
-use crate::announce::GOSSIP_MAX_TRANSMIT;
+use crate::announce::{topic_name, GOSSIP_MAX_TRANSMIT};
 use crate::blob::wire::{BlobCodec, BLOB_PROTOCOL};
 use crate::config::NetConfig;
 use crate::counters::Counters;
 use crate::error::NetError;
+use crate::iplimit::IpLimits;
 
 /// Kademlia protocol name: our own DHT, never merged with the public IPFS one.
 pub const KAD_PROTOCOL: StreamProtocol = StreamProtocol::new("/atoll/kad/1.0.0");
@@ -45,9 +48,12 @@ pub const MAX_CONNECTIONS: u32 = 512;
 /// All protocols of a node.
 #[derive(NetworkBehaviour)]
 pub struct Behaviour {
-    /// Fault injection only ([`NetConfig::block_list`]): refuses listed peers on dial and
-    /// accept. First, so that a refused connection is never offered to the others.
-    pub blocked: Toggle<allow_block_list::Behaviour<allow_block_list::BlockedPeers>>,
+    /// Refuses banned peers and, with fault injection ([`NetConfig::block_list`]), listed
+    /// ones, on dial and accept (the swarm task keeps the two sets apart; see
+    /// `node::hygiene`). First, so that a refused connection is never offered to the others.
+    pub blocked: allow_block_list::Behaviour<allow_block_list::BlockedPeers>,
+    /// Caps inbound connections per remote IP ([`crate::iplimit`]).
+    pub ip_limits: IpLimits,
     pub limits: connection_limits::Behaviour,
     pub kad: kad::Behaviour<kad::store::MemoryStore>,
     pub identify: identify::Behaviour,
@@ -61,7 +67,8 @@ impl Behaviour {
     pub fn new(key: &Keypair, cfg: &NetConfig, counters: Arc<Counters>) -> Result<Self, NetError> {
         let peer_id = key.public().to_peer_id();
         Ok(Behaviour {
-            blocked: cfg.block_list.as_ref().map(|_| allow_block_list::Behaviour::default()).into(),
+            blocked: allow_block_list::Behaviour::default(),
+            ip_limits: IpLimits::new(cfg.max_connections_per_ip, cfg.exempt_loopback),
             limits: connection_limits::Behaviour::new(
                 connection_limits::ConnectionLimits::default()
                     .with_max_established_per_peer(Some(MAX_CONNECTIONS_PER_PEER))
@@ -77,7 +84,7 @@ impl Behaviour {
             ping: ping::Behaviour::new(
                 ping::Config::new().with_interval(PING_INTERVAL).with_timeout(PING_TIMEOUT),
             ),
-            gossipsub: gossip(key)?,
+            gossipsub: gossip(key, cfg)?,
             blob: request_response::Behaviour::with_codec(
                 BlobCodec { counters },
                 [(BLOB_PROTOCOL, request_response::ProtocolSupport::Full)],
@@ -114,7 +121,7 @@ fn kademlia(peer_id: PeerId) -> kad::Behaviour<kad::store::MemoryStore> {
     kad
 }
 
-fn gossip(key: &Keypair) -> Result<gossipsub::Behaviour, NetError> {
+fn gossip(key: &Keypair, net: &NetConfig) -> Result<gossipsub::Behaviour, NetError> {
     let cfg = gossipsub::ConfigBuilder::default()
         .max_transmit_size(GOSSIP_MAX_TRANSMIT)
         .validation_mode(gossipsub::ValidationMode::Strict)
@@ -123,6 +130,27 @@ fn gossip(key: &Keypair) -> Result<gossipsub::Behaviour, NetError> {
         .heartbeat_interval(Duration::from_millis(700))
         .build()
         .map_err(|e| NetError::Config(format!("gossipsub: {e}")))?;
-    gossipsub::Behaviour::new(gossipsub::MessageAuthenticity::Signed(key.clone()), cfg)
-        .map_err(|e| NetError::Config(format!("gossipsub: {e}")))
+    let mut gossip =
+        gossipsub::Behaviour::new(gossipsub::MessageAuthenticity::Signed(key.clone()), cfg)
+            .map_err(|e| NetError::Config(format!("gossipsub: {e}")))?;
+    let topic = gossipsub::IdentTopic::new(topic_name(&net.run_id)).hash();
+    let on_loopback =
+        net.listen.iter().any(|a| crate::node::addr_is_loopback(a) || addr_is_unspecified(a));
+    gossip
+        .with_peer_score(
+            scoring::params(topic, on_loopback && net.exempt_loopback),
+            scoring::thresholds(),
+        )
+        .map_err(|e| NetError::Config(format!("gossipsub scoring: {e}")))?;
+    Ok(gossip)
+}
+
+/// True for `0.0.0.0` / `::` (listening there includes loopback).
+fn addr_is_unspecified(addr: &libp2p::Multiaddr) -> bool {
+    use libp2p::multiaddr::Protocol;
+    addr.iter().any(|p| match p {
+        Protocol::Ip4(ip) => ip.is_unspecified(),
+        Protocol::Ip6(ip) => ip.is_unspecified(),
+        _ => false,
+    })
 }

@@ -11,6 +11,7 @@ use libp2p::{Multiaddr, PeerId};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::blob::fetch;
+use crate::blob::fetch::sources::SourceBook;
 use crate::blob::store::BlobStore;
 use crate::blob::wire::{BlobRequest, BlobResponse};
 use crate::blob::{BlobHash, Manifest, MAX_BLOB_SIZE};
@@ -34,6 +35,13 @@ pub enum NetEvent {
     RunPeerLeft(PeerId),
     /// A peer served bad data and is ignored for a while.
     PeerPenalised { peer: PeerId, reason: RejectReason },
+    /// A peer reached [`crate::bans::BAN_STRIKES`] and is banned for the run: refused,
+    /// disconnected and written to the ban file. `reason` names its last strike.
+    PeerBanned { peer: PeerId, reason: &'static str },
+    /// A peer kept asking for blob data after being refused (chunks it was just served,
+    /// or beyond its fair share of our uploads): `refused` requests in the current window.
+    /// Sent once per peer per window; the program may penalise it.
+    UploadAbuse { peer: PeerId, refused: u64 },
 }
 
 pub(crate) enum Command {
@@ -60,6 +68,13 @@ pub(crate) enum Command {
     RunPeers {
         reply: oneshot::Sender<Vec<PeerId>>,
     },
+    Penalize {
+        peer: PeerId,
+        reason: &'static str,
+    },
+    Banned {
+        reply: oneshot::Sender<Vec<PeerId>>,
+    },
 }
 
 /// Cloneable handle to a running node.
@@ -68,6 +83,9 @@ pub struct NetClient {
     pub(crate) peer_id: PeerId,
     pub(crate) commands: mpsc::Sender<Command>,
     pub(crate) store: Arc<Mutex<BlobStore>>,
+    /// Source reputations and fetch counters, shared by all clones (fetches run in the
+    /// callers' tasks).
+    pub(crate) sources: Arc<Mutex<SourceBook>>,
 }
 
 impl std::fmt::Debug for NetClient {
@@ -104,7 +122,12 @@ impl NetClient {
 
     /// A snapshot of counters and peers.
     pub async fn stats(&self) -> Result<NetStats, NetError> {
-        self.ask(|reply| Command::Stats { reply }).await
+        let mut stats = self.ask(|reply| Command::Stats { reply }).await?;
+        let book = self.lock_sources();
+        stats.hedged_requests = book.hedged;
+        stats.slow_sources = book.slow;
+        stats.log_suppressed += book.log_suppressed();
+        Ok(stats)
     }
 
     /// Connected peers of our run.
@@ -189,9 +212,28 @@ impl NetClient {
         Ok(())
     }
 
+    pub(crate) fn lock_sources(&self) -> std::sync::MutexGuard<'_, SourceBook> {
+        // As for the store: nothing under this lock can be left half-done by a panic.
+        self.sources.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     pub(crate) fn lock_store(&self) -> std::sync::MutexGuard<'_, BlobStore> {
         // A panic while holding this lock cannot leave the store inconsistent in a way that
         // matters more than losing the node, so a poisoned lock is taken over.
         self.store.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Reports that `peer` misbehaved (the protocol core found a bad delta, a forged claim,
+    /// an equivocation, ...): one strike, counted under `reason` in
+    /// [`NetStats::strikes`], lowers its gossipsub score; [`crate::bans::BAN_STRIKES`]
+    /// standing strikes ban it for the run. Strikes fade by one per
+    /// [`crate::bans::STRIKE_DECAY`].
+    pub async fn penalize(&self, peer: PeerId, reason: &'static str) -> Result<(), NetError> {
+        self.commands.send(Command::Penalize { peer, reason }).await.map_err(|_| NetError::Shutdown)
+    }
+
+    /// Peers banned for the run, sorted.
+    pub async fn banned(&self) -> Result<Vec<PeerId>, NetError> {
+        self.ask(|reply| Command::Banned { reply }).await
     }
 }

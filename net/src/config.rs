@@ -9,6 +9,9 @@ use libp2p::Multiaddr;
 
 use crate::blob::store::DEFAULT_STORE_BUDGET;
 use crate::error::NetError;
+use crate::iplimit::DEFAULT_MAX_CONNECTIONS_PER_IP;
+use crate::limiter::share::FairShareConfig;
+use crate::swarmkey;
 
 /// Run id used when none is given: every peer started without `--run-id` joins this swarm.
 pub const DEFAULT_RUN_ID: &str = "atoll-default";
@@ -45,6 +48,24 @@ pub struct NetConfig {
     /// Fault injection (tests only): peers listed in this file are refused and
     /// disconnected; see [`crate::fault`]. `None` in normal runs.
     pub block_list: Option<PathBuf>,
+    /// Peers banned for misbehaving are kept here (one peer id per line), loaded at start
+    /// and rewritten on each ban; `None` keeps bans in memory for this process only.
+    pub ban_file: Option<PathBuf>,
+    /// Most established inbound connections (and most handshakes in progress) from one
+    /// remote IP; see [`crate::iplimit`].
+    pub max_connections_per_ip: u32,
+    /// Loopback peers are exempt from the per-IP cap, and from gossipsub's IP colocation
+    /// penalty when this node listens on loopback (local swarms and tests run many peers
+    /// on 127.0.0.1). Tests of the caps turn it off.
+    pub exempt_loopback: bool,
+    /// Private swarm: the 32-byte pre-shared key every peer must hold (libp2p pnet over
+    /// TCP; QUIC addresses are then refused). Parse a `swarm.key` file with
+    /// [`crate::swarmkey::load`].
+    pub swarm_key: Option<[u8; 32]>,
+    // Blob transfer hygiene
+    /// Per-requester fair share of our uploads: repeat refusal and a byte budget per
+    /// window; see [`crate::limiter::share`].
+    pub upload_share: FairShareConfig,
 }
 
 impl std::fmt::Debug for NetConfig {
@@ -58,6 +79,10 @@ impl std::fmt::Debug for NetConfig {
             .field("max_upload_bytes_per_sec", &self.max_upload_bytes_per_sec)
             .field("store_budget", &self.store_budget)
             .field("block_list", &self.block_list)
+            .field("ban_file", &self.ban_file)
+            .field("max_connections_per_ip", &self.max_connections_per_ip)
+            .field("exempt_loopback", &self.exempt_loopback)
+            .field("swarm_key", &self.swarm_key.map(|_| "<set>"))
             .finish_non_exhaustive()
     }
 }
@@ -76,6 +101,11 @@ impl NetConfig {
             discovery_interval: DEFAULT_DISCOVERY_INTERVAL,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             block_list: None,
+            ban_file: None,
+            max_connections_per_ip: DEFAULT_MAX_CONNECTIONS_PER_IP,
+            exempt_loopback: true,
+            swarm_key: None,
+            upload_share: FairShareConfig::default(),
         }
     }
 
@@ -87,6 +117,17 @@ impl NetConfig {
         }
         if self.request_timeout < Duration::from_secs(1) {
             return Err(NetError::Config("request timeout below 1 s".into()));
+        }
+        if self.max_connections_per_ip == 0 {
+            return Err(NetError::Config("max connections per IP must be at least 1".into()));
+        }
+        if self.swarm_key.is_some() {
+            if let Some(a) = self.listen.iter().find(|a| swarmkey::is_quic(a)) {
+                return Err(swarmkey::quic_refused(a, true));
+            }
+            if let Some(a) = self.bootstrap.iter().find(|a| swarmkey::is_quic(a)) {
+                return Err(swarmkey::quic_refused(a, false));
+            }
         }
         Ok(())
     }
@@ -121,5 +162,15 @@ mod tests {
         assert!(validate_run_id("").is_err());
         assert!(validate_run_id(&"x".repeat(65)).is_err());
         assert_ne!(run_key("a").to_vec(), run_key("b").to_vec());
+    }
+
+    #[test]
+    fn a_swarm_key_refuses_quic_with_the_reason() {
+        let mut cfg = NetConfig::new(Keypair::generate_ed25519(), "r");
+        cfg.listen.push("/ip4/127.0.0.1/udp/0/quic-v1".parse().unwrap());
+        assert!(cfg.validate().is_ok());
+        cfg.swarm_key = Some([1; 32]);
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(err.contains("QUIC") && err.contains("swarm key"), "{err}");
     }
 }

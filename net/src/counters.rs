@@ -79,6 +79,16 @@ pub enum RejectReason {
     /// A payload the protocol layer found invalid (bad shapes, non-finite values, ...),
     /// reported through [`crate::NetClient::report`].
     BadPayload,
+    /// Announcement over the per-source rate limit (ignored, not penalised).
+    RateLimited,
+    /// Inbound connection over the per-IP cap.
+    IpLimit,
+    /// Blob transfer hygiene: a chunk request for a chunk already served to this peer
+    /// recently (answered `Busy`).
+    RepeatRequest,
+    /// Blob transfer hygiene: a blob request beyond the peer's fair share of our uploads
+    /// (answered `Busy`).
+    OverShare,
 }
 
 impl RejectReason {
@@ -95,6 +105,10 @@ impl RejectReason {
             RejectReason::BadChunk => "bad_chunk",
             RejectReason::PeerVersion => "peer_version",
             RejectReason::BadPayload => "bad_payload",
+            RejectReason::RateLimited => "rate_limited",
+            RejectReason::IpLimit => "ip_limit",
+            RejectReason::RepeatRequest => "repeat_request",
+            RejectReason::OverShare => "over_share",
         }
     }
 
@@ -138,4 +152,28 @@ pub struct NetStats {
     pub penalised: usize,
     /// Seconds since the node started.
     pub uptime_secs: u64,
+    /// Peers banned for the run (loaded from the ban file or banned since).
+    #[serde(default)]
+    pub banned: usize,
+    /// Strikes given by reason: [`crate::NetClient::penalize`] reasons, penalising reports
+    /// and announcements net itself rejected.
+    #[serde(default)]
+    pub strikes: BTreeMap<String, u64>,
+    /// Log lines about remote peers left out by the per-(peer, reason) throttle.
+    #[serde(default)]
+    pub log_suppressed: u64,
+    /// Dials started to peers found as providers of the run key (bounded per tick).
+    #[serde(default)]
+    pub provider_dials: u64,
+    // Blob transfer hygiene
+    /// Blob requests refused per requesting peer (repeats and over fair share), for peers
+    /// still tracked by the fair share (bounded); counted by reason in `rejects`.
+    #[serde(default)]
+    pub upload_refusals: BTreeMap<String, u64>,
+    /// Chunk requests this node sent to a second holder because the first was slow.
+    #[serde(default)]
+    pub hedged_requests: u64,
+    /// Times a source missed its per-request deadline and was demoted in a fetch.
+    #[serde(default)]
+    pub slow_sources: u64,
 }

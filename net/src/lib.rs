@@ -8,13 +8,17 @@
 //! - [`config`]: [`NetConfig`], run ids and the run's DHT key.
 //! - [`identity`]: the ed25519 key persisted in the run dir.
 //! - [`behaviour`]: the composed protocols (Kademlia `/atoll/kad/1.0.0`, identify, ping,
-//!   gossipsub, blob request-response, mDNS) and their settings.
+//!   gossipsub with peer scoring, blob request-response, mDNS) and their settings.
 //! - [`transport`]: TCP+noise+yamux or QUIC, every substream byte counted.
 //! - [`announce`]: the versioned envelope of announcements and its checks.
 //! - [`blob`]: content addressing, verified chunk manifests, the store, the wire protocol
 //!   and multi-source fetching.
 //! - [`fault`]: fault injection for tests (a block list re-read from a file).
+//! - [`bans`]: strikes against misbehaving peers, bans and the ban file.
+//! - [`iplimit`]: caps on inbound connections per remote IP.
+//! - [`swarmkey`]: private swarms (pre-shared key, libp2p pnet) and the `swarm.key` format.
 //! - [`limiter`]: the upload cap (token bucket).
+//! - [`logthrottle`]: at most one log line per (peer, reason) per window.
 //! - [`counters`]: byte counters, reject reasons and the [`NetStats`] snapshot.
 //! - [`error`]: typed errors.
 //!
@@ -34,6 +38,7 @@
 //! ```
 
 pub mod announce;
+pub mod bans;
 pub mod behaviour;
 pub mod blob;
 pub mod client;
@@ -42,8 +47,11 @@ pub mod counters;
 pub mod error;
 pub mod fault;
 pub mod identity;
+pub mod iplimit;
 pub mod limiter;
+pub mod logthrottle;
 pub mod node;
+pub mod swarmkey;
 pub mod transport;
 
 pub use blob::{BlobHash, Manifest, CHUNK_SIZE};
@@ -53,3 +61,4 @@ pub use counters::{ByteCount, NetStats, RejectReason};
 pub use error::{AnnounceError, FetchError, IdentityError, NetError, StoreError};
 pub use libp2p::{Multiaddr, PeerId};
 pub use node::{Node, NodeHandle};
+pub use swarmkey::SwarmKeyError;

@@ -4,6 +4,11 @@
 //! answer is the instant at which that send may go, so queued uploads leave in FIFO order
 //! at the capped rate. The bucket starts empty and holds at most one chunk, so a long
 //! transfer is measured at the cap, not at cap plus a burst.
+//!
+//! The cap is off by default: a peer's uplink is the user's to share, and the per-requester
+//! [`share::FairShare`] already keeps one requester from taking it all.
+
+pub mod share;
 
 use std::time::{Duration, Instant};
 

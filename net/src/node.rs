@@ -1,8 +1,11 @@
 //! Starting and stopping a node: builds the swarm, waits for its listeners, hands the
 //! swarm to its own task and returns the client, the event stream and the stop handle.
 
+mod dials;
 mod event_loop;
+mod hygiene;
 mod peers;
+mod stats;
 mod swarm_events;
 mod uploads;
 
@@ -98,7 +101,7 @@ impl Node {
         );
         let task = tokio::spawn(event_loop.run());
         Ok(Node {
-            client: NetClient { peer_id, commands: cmd_tx, store },
+            client: NetClient { peer_id, commands: cmd_tx, store, sources: Default::default() },
             events: ev_rx,
             handle: NodeHandle { stop: Some(stop_tx), task: Some(task) },
             listen_addrs: with_p2p,
@@ -107,7 +110,7 @@ impl Node {
 }
 
 fn build_swarm(cfg: &NetConfig, counters: Arc<Counters>) -> Result<Swarm<Behaviour>, NetError> {
-    let transport = transport::build(&cfg.keypair, counters.clone())?;
+    let transport = transport::build(&cfg.keypair, cfg.swarm_key, counters.clone())?;
     let behaviour = Behaviour::new(&cfg.keypair, cfg, counters)?;
     Ok(SwarmBuilder::with_existing_identity(cfg.keypair.clone())
         .with_tokio()

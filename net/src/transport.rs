@@ -11,11 +11,11 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures::future::Either;
 use futures::{AsyncRead, AsyncWrite};
 use libp2p::core::muxing::{StreamMuxer, StreamMuxerBox, StreamMuxerEvent, SubstreamBox};
 use libp2p::core::transport::{Boxed, OrTransport};
 use libp2p::core::upgrade::Version;
+use libp2p::pnet::{PnetConfig, PreSharedKey};
 use libp2p::{identity::Keypair, noise, quic, tcp, yamux, PeerId, Transport};
 
 use crate::counters::ByteCounter;
@@ -29,24 +29,45 @@ const TCP_UPGRADE_TIMEOUT: Duration = Duration::from_secs(10);
 /// stay "established" (and the peer a run peer) for as long as TCP retries, ~15 min.
 pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Builds the counted TCP-or-QUIC transport for `key`.
+/// Builds the counted TCP-or-QUIC transport for `key`. With a swarm key every TCP
+/// connection is wrapped in libp2p pnet before noise, and QUIC is left out (it cannot carry
+/// the key; see [`crate::swarmkey`]).
 pub fn build(
     key: &Keypair,
+    swarm_key: Option<[u8; 32]>,
     counters: Arc<Counters>,
 ) -> Result<Boxed<(PeerId, StreamMuxerBox)>, NetError> {
     let noise = noise::Config::new(key).map_err(|e| NetError::Transport(e.to_string()))?;
-    let tcp = tcp::tokio::Transport::new(tcp::Config::default().nodelay(true))
-        .upgrade(Version::V1Lazy)
-        .authenticate(noise)
-        .multiplex(yamux::Config::default())
-        .timeout(TCP_UPGRADE_TIMEOUT);
-    let quic = quic::tokio::Transport::new(quic::Config::new(key));
-    Ok(OrTransport::new(quic, tcp)
-        .map(move |out, _| {
-            let (peer, muxer) = match out {
-                Either::Left((peer, m)) => (peer, StreamMuxerBox::new(m)),
-                Either::Right((peer, m)) => (peer, StreamMuxerBox::new(m)),
-            };
+    let tcp = tcp::tokio::Transport::new(tcp::Config::default().nodelay(true));
+    let tcp: Boxed<(PeerId, StreamMuxerBox)> = match swarm_key {
+        None => tcp
+            .upgrade(Version::V1Lazy)
+            .authenticate(noise)
+            .multiplex(yamux::Config::default())
+            .timeout(TCP_UPGRADE_TIMEOUT)
+            .map(|(peer, m), _| (peer, StreamMuxerBox::new(m)))
+            .boxed(),
+        Some(psk) => {
+            let pnet = PnetConfig::new(PreSharedKey::new(psk));
+            tcp.and_then(move |socket, _| pnet.handshake(socket))
+                .upgrade(Version::V1Lazy)
+                .authenticate(noise)
+                .multiplex(yamux::Config::default())
+                .timeout(TCP_UPGRADE_TIMEOUT)
+                .map(|(peer, m), _| (peer, StreamMuxerBox::new(m)))
+                .boxed()
+        }
+    };
+    let transport = if swarm_key.is_some() {
+        tcp
+    } else {
+        let quic = quic::tokio::Transport::new(quic::Config::new(key))
+            .map(|(peer, m), _| (peer, StreamMuxerBox::new(m)))
+            .boxed();
+        OrTransport::new(quic, tcp).map(|either, _| either.into_inner()).boxed()
+    };
+    Ok(transport
+        .map(move |(peer, muxer), _| {
             let counted =
                 CountingMuxer { inner: muxer, counters: counters.clone(), close_deadline: None };
             (peer, StreamMuxerBox::new(counted))

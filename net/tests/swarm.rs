@@ -7,9 +7,17 @@ mod announce;
 mod blobs;
 #[path = "swarm/discovery.rs"]
 mod discovery;
+#[path = "swarm/fair_share.rs"]
+mod fair_share;
+#[path = "swarm/hedged.rs"]
+mod hedged;
 #[path = "swarm/hostile.rs"]
 mod hostile;
+#[path = "swarm/hygiene.rs"]
+mod hygiene;
 #[path = "swarm/partition.rs"]
 mod partition;
+#[path = "swarm/private.rs"]
+mod private;
 #[path = "swarm/support.rs"]
 mod support;

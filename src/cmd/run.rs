@@ -73,6 +73,11 @@ pub struct Args {
     /// Key file (default: RUN_DIR/peer_key); created if absent, so restarts keep the peer id.
     #[arg(long, value_name = "PATH")]
     pub key_file: Option<PathBuf>,
+    /// Private swarm: a libp2p pre-shared key file (`/key/swarm/psk/1.0.0/`, `/base16/`,
+    /// 64 hex digits). Only peers with the same key can connect; TCP only (QUIC cannot
+    /// carry the key).
+    #[arg(long, value_name = "FILE")]
+    pub swarm_key: Option<PathBuf>,
     /// Testing only: refuse and disconnect the peers listed in RUN_DIR/blocked_peers (one
     /// peer id per line, re-read every second), so a test can partition live peers.
     #[arg(long, hide = true)]
@@ -96,6 +101,9 @@ pub fn main(args: Args) -> anyhow::Result<()> {
     }
 }
 
+/// Peers banned in this run dir (one peer id per line, written by atoll-net).
+pub const BAN_FILE_NAME: &str = "banned_peers";
+
 fn net_config(args: &Args) -> anyhow::Result<NetConfig> {
     std::fs::create_dir_all(&args.run_dir)
         .with_context(|| format!("cannot create run dir {}", args.run_dir.display()))?;
@@ -103,11 +111,20 @@ fn net_config(args: &Args) -> anyhow::Result<NetConfig> {
         args.key_file.clone().unwrap_or_else(|| args.run_dir.join(identity::KEY_FILE_NAME));
     let key = identity::load_or_create(&key_path)?;
     let mut cfg = NetConfig::new(key, args.run_id.clone());
-    cfg.listen = if args.listen.is_empty() {
-        vec!["/ip4/0.0.0.0/tcp/0".parse()?, "/ip4/0.0.0.0/udp/0/quic-v1".parse()?]
-    } else {
+    if let Some(path) = &args.swarm_key {
+        let key = atoll_net::swarmkey::load(path)
+            .with_context(|| format!("cannot use the swarm key {}", path.display()))?;
+        cfg.swarm_key = Some(key);
+    }
+    cfg.listen = if !args.listen.is_empty() {
         args.listen.clone()
+    } else if cfg.swarm_key.is_some() {
+        vec!["/ip4/0.0.0.0/tcp/0".parse()?]
+    } else {
+        vec!["/ip4/0.0.0.0/tcp/0".parse()?, "/ip4/0.0.0.0/udp/0/quic-v1".parse()?]
     };
+    // Peers banned for misbehaviour stay banned for the run, across restarts.
+    cfg.ban_file = Some(args.run_dir.join(BAN_FILE_NAME));
     cfg.bootstrap = args.bootstrap.clone();
     cfg.mdns = !args.no_mdns;
     cfg.max_upload_bytes_per_sec = args.max_upload_mbps.map(mbps_to_bytes_per_sec);

@@ -56,6 +56,22 @@ pub(super) fn open_trainer(opts: &NodeOptions) -> anyhow::Result<(Trainer, bool)
     Ok((trainer, true))
 }
 
+/// The first saved state whose round lies beyond the next round by the run's clock, as
+/// `(fragment, its round, the current round)`: no honest merge can have produced it, and a
+/// peer holding it would refuse every real state as older.
+fn from_the_future(
+    states: &[crate::proto::FragmentState],
+    settings: &Settings,
+    manifest: &crate::manifest::Manifest,
+) -> Option<(usize, u64, u64)> {
+    let now = super::status::unix_ms().saturating_sub(manifest.epoch_unix_ms);
+    let schedule = crate::proto::Schedule::new(settings);
+    states.iter().enumerate().find_map(|(p, s)| {
+        let current = schedule.current_round(p, now);
+        (s.round > current.saturating_add(1)).then_some((p, s.round, current))
+    })
+}
+
 pub(super) fn open_protocol(
     opts: &NodeOptions,
     settings: &Settings,
@@ -65,10 +81,19 @@ pub(super) fn open_protocol(
     let key_peer = atoll_net::PeerId::from(opts.net.keypair.public());
     let me = proto_peer(&key_peer);
     match anchors::load(&opts.run_dir, plan) {
-        Ok(Some(states)) => {
-            tracing::info!(round = states[0].round, "resuming protocol state");
-            return Ok(Protocol::restore(me, settings.clone(), plan, states, seed)?);
-        }
+        Ok(Some(states)) => match from_the_future(&states, settings, &opts.manifest) {
+            None => {
+                tracing::info!(round = states[0].round, "resuming protocol state");
+                return Ok(Protocol::restore(me, settings.clone(), plan, states, seed)?);
+            }
+            Some((fragment, round, now_round)) => tracing::warn!(
+                fragment,
+                round,
+                now_round,
+                "saved anchors claim a round the run's clock has not reached (a forged or \
+                 wedged state): ignoring them and catching up from the swarm"
+            ),
+        },
         Ok(None) => {}
         Err(e) => {
             tracing::warn!(error = %e, "cannot read saved anchors; catching up from the swarm")

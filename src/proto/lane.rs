@@ -310,7 +310,7 @@ impl Lane {
         });
         self.held_bytes -= freed;
         self.claims.retain(|(_, r), _| !w.stale(*r, round));
-        self.votes.prune(round.saturating_sub(w.log_rounds()), round);
+        self.votes.prune(round.saturating_sub(w.log_rounds()));
     }
 
     /// Marks held deltas that `new` already merged as merged, and re-queues those this peer

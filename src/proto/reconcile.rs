@@ -107,11 +107,14 @@ impl Votes {
     }
 
     /// Forgets peers whose latest announcement is older than `oldest` (gone or stuck), and
-    /// credits that lapsed by round `now`.
-    pub fn prune(&mut self, oldest: u64, now: u64) {
+    /// credits that lapsed: older than `credit_rounds` before the newest credited work.
+    /// Measured against work, not the clock: when a whole swarm stops training (the end of
+    /// a run) its members keep their votes and can still reconcile.
+    pub fn prune(&mut self, oldest: u64) {
         self.latest.retain(|_, (r, _)| *r >= oldest);
+        let newest = self.credits.values().copied().max().unwrap_or(0);
         let keep = self.credit_rounds;
-        self.credits.retain(|_, r| r.saturating_add(keep) >= now);
+        self.credits.retain(|_, r| r.saturating_add(keep) >= newest);
         self.max_round = self.counted().map(|(_, (r, _))| *r).max().unwrap_or(0);
     }
 
@@ -180,7 +183,7 @@ mod tests {
         assert_eq!(v.leader(5).unwrap().hash, a);
         assert_eq!(v.latest_round(100), Some(6));
         assert_eq!(v.latest_round(5), Some(5));
-        v.prune(6, 6);
+        v.prune(6);
         assert!(v.leader(5).is_none());
     }
 
@@ -210,8 +213,12 @@ mod tests {
         v.credit(PeerId(100), 8);
         assert_eq!(v.max_round(), 9);
         assert_eq!(v.leader(9).unwrap().holders, vec![PeerId(100)]);
-        // The credit lapses `credit_rounds` after the work that earned it.
-        v.prune(0, 13);
+        // The credit lapses `credit_rounds` after the work that earned it, counted in
+        // rounds of newer verified work (not of the clock).
+        v.prune(0);
+        assert_eq!(v.max_round(), 9);
+        v.credit(PeerId(101), 13);
+        v.prune(0);
         assert_eq!(v.max_round(), 5);
     }
 }

@@ -1,30 +1,37 @@
 //! Fetching a blob from several peers at once, every chunk verified.
 //!
-//! 1. Ask sources in turn for the manifest; a manifest that does not hash to the blob marks
-//!    its sender as a liar.
-//! 2. Spread chunk requests over all sources that have the blob, [`INFLIGHT_PER_SOURCE`]
-//!    at a time each. A chunk that fails verification drops and penalises its source; a
-//!    source that errors or leaves is dropped and its chunks go back in the queue, so the
-//!    transfer resumes from the others.
+//! 1. Order the sources by reputation ([`sources::SourceBook`]: those slow before go
+//!    last), then ask them in turn for the manifest; a manifest that does not hash to the
+//!    blob marks its sender as a liar. Holders keep that order.
+//! 2. Spread chunk requests over the holders ([`plan::ChunkPlan`]): a chunk that fails
+//!    verification drops and penalises its source; a source that errors or leaves is
+//!    dropped and its chunks go back in the queue, so the transfer resumes from the others.
+//!    A request unanswered past its deadline demotes its source for this fetch and goes to
+//!    another holder; an idle holder takes a copy (hedge) of a chunk outstanding too long.
+//!    The first verified answer wins.
 //!
 //! No final hash of the whole blob: a manifest whose root is the blob hash plus chunks that
 //! match its chaining values *is* the BLAKE3 proof that the bytes hash to the blob hash.
 
-use std::collections::{HashMap, VecDeque};
+pub mod plan;
+pub mod sources;
+
+use std::time::Instant;
 
 use bytes::Bytes;
 use futures::stream::{FuturesUnordered, StreamExt};
 use libp2p::PeerId;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
+use self::plan::{ChunkPlan, Note, Outcome};
 use super::wire::{BlobRequest, BlobResponse};
 use super::{chunk_range, BlobHash, Manifest};
 use crate::client::NetClient;
 use crate::counters::RejectReason;
 use crate::error::{FetchError, NetError};
 
-/// Chunk requests in flight per source (pipelining hides the round trip).
-pub const INFLIGHT_PER_SOURCE: usize = 4;
+pub use self::plan::INFLIGHT_PER_SOURCE;
+
 /// Sources asked for the manifest at once.
 const MANIFEST_PARALLEL: usize = 4;
 /// Once one source has answered with the manifest, how long the others of its batch may
@@ -35,23 +42,16 @@ const MANIFEST_STRAGGLE: std::time::Duration = std::time::Duration::from_millis(
 /// answers in milliseconds; a stalled one must not hold the fetch for the whole request
 /// timeout when the others said they do not have the blob.
 const MANIFEST_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
-/// `Busy` answers a source may give before it is dropped from this fetch.
-const MAX_BUSY: u32 = 8;
-
-struct Source {
-    peer: PeerId,
-    inflight: usize,
-    busy: u32,
-}
 
 /// Fetches `hash` from `sources` (in preference order), refusing blobs above `max_size`
 /// bytes before allocating. Returns the bytes and the manifest.
 pub async fn fetch(
     client: &NetClient,
     hash: BlobHash,
-    sources: Vec<PeerId>,
+    mut sources: Vec<PeerId>,
     max_size: u64,
 ) -> Result<(Bytes, Manifest), NetError> {
+    client.lock_sources().order(&mut sources);
     let (manifest, holders) = fetch_manifest(client, hash, sources).await?;
     if manifest.size > max_size {
         return Err(FetchError::TooLarge { hash, size: manifest.size, limit: max_size }.into());
@@ -60,34 +60,36 @@ pub async fn fetch(
     Ok((data, manifest))
 }
 
-/// Asks sources for the manifest; returns it with the peers that answered with it.
+/// Asks sources for the manifest; returns it with the peers that answered with it, in the
+/// order of `sources`.
 async fn fetch_manifest(
     client: &NetClient,
     hash: BlobHash,
     sources: Vec<PeerId>,
 ) -> Result<(Manifest, Vec<PeerId>), NetError> {
-    let mut holders = Vec::new();
+    let mut holders: Vec<(usize, PeerId)> = Vec::new();
     let mut found: Option<Manifest> = None;
-    for batch in sources.chunks(MANIFEST_PARALLEL) {
+    for (b, batch) in sources.chunks(MANIFEST_PARALLEL).enumerate() {
         let mut asks: FuturesUnordered<_> = batch
             .iter()
-            .map(|&peer| async move {
+            .enumerate()
+            .map(|(i, &peer)| async move {
                 let res = client.request_blob(peer, BlobRequest::Manifest { hash }).await;
-                (peer, res)
+                (b * MANIFEST_PARALLEL + i, peer, res)
             })
             .collect();
         let mut cutoff = tokio::time::Instant::now() + MANIFEST_WAIT;
         loop {
             let next = tokio::time::timeout_at(cutoff, asks.next()).await.unwrap_or(None);
-            let Some((peer, res)) = next else { break };
+            let Some((rank, peer, res)) = next else { break };
             match res {
                 Ok(BlobResponse::Manifest(m)) if m.verify(&hash) => {
-                    holders.push(peer);
+                    holders.push((rank, peer));
                     found.get_or_insert(m);
                     cutoff = cutoff.min(tokio::time::Instant::now() + MANIFEST_STRAGGLE);
                 }
                 Ok(BlobResponse::Manifest(_)) | Ok(BlobResponse::Chunk(_)) => {
-                    warn!(peer = %peer, blob = %hash, "peer sent a manifest that does not match");
+                    log_bad(client, peer, hash, RejectReason::BadManifest);
                     client.report(peer, RejectReason::BadManifest).await?;
                 }
                 Ok(BlobResponse::NotFound) | Ok(BlobResponse::Busy) => {}
@@ -101,8 +103,9 @@ async fn fetch_manifest(
             break;
         }
     }
+    holders.sort_unstable_by_key(|(rank, _)| *rank);
     match found {
-        Some(m) => Ok((m, holders)),
+        Some(m) => Ok((m, holders.into_iter().map(|(_, p)| p).collect())),
         None => Err(FetchError::NoManifest(hash).into()),
     }
 }
@@ -115,79 +118,109 @@ async fn fetch_chunks(
 ) -> Result<Bytes, NetError> {
     let total = manifest.chunk_count();
     let mut buf = vec![0u8; manifest.size as usize];
-    let mut missing: VecDeque<usize> = (0..total).collect();
-    let mut done = 0usize;
-    let mut sources: HashMap<PeerId, Source> =
-        holders.iter().map(|&peer| (peer, Source { peer, inflight: 0, busy: 0 })).collect();
-    let order: Vec<PeerId> = holders;
+    let prior = client.lock_sources().prior();
+    let mut plan = ChunkPlan::new(total, &holders, prior);
     let mut inflight = FuturesUnordered::new();
-    while done < total {
-        // Fill every source's pipeline, round robin over sources in preference order.
-        let mut progressed = true;
-        while progressed && !missing.is_empty() {
-            progressed = false;
-            for peer in &order {
-                let Some(src) = sources.get_mut(peer) else {
-                    continue;
+    let result = loop {
+        let now = Instant::now();
+        for issue in plan.poll(now) {
+            inflight.push(async move {
+                let req = BlobRequest::Chunk { hash, index: issue.chunk as u32 };
+                (issue, client.request_blob(issue.peer, req).await)
+            });
+        }
+        if let Err(e) = apply_notes(client, hash, &mut plan).await {
+            break Err(e);
+        }
+        if plan.is_done() {
+            break Ok(());
+        }
+        if plan.is_stuck() {
+            break Err(FetchError::SourcesExhausted { hash, done: plan.done(), total }.into());
+        }
+        let wake = plan.next_wake(now).map(tokio::time::Instant::from_std);
+        if inflight.is_empty() && wake.is_none() {
+            // Cannot happen while the plan is consistent; never wait forever on nothing.
+            break Err(FetchError::SourcesExhausted { hash, done: plan.done(), total }.into());
+        }
+        tokio::select! {
+            Some((issue, res)) = inflight.next(), if !inflight.is_empty() => {
+                let outcome = match res {
+                    Ok(BlobResponse::Chunk(bytes)) if manifest.verify_chunk(issue.chunk, &bytes) => {
+                        let at = Instant::now();
+                        if plan.on_answer(issue.id, Outcome::Verified, at) {
+                            let r = chunk_range(manifest.size, issue.chunk);
+                            buf[r.start as usize..r.end as usize].copy_from_slice(&bytes);
+                        }
+                        continue;
+                    }
+                    Ok(BlobResponse::Chunk(_)) | Ok(BlobResponse::Manifest(_)) => Outcome::Bad,
+                    Ok(BlobResponse::Busy) => Outcome::Busy,
+                    Ok(BlobResponse::NotFound) => Outcome::NotFound,
+                    Err(NetError::Shutdown) => break Err(NetError::Shutdown),
+                    Err(e) => {
+                        debug!(peer = %issue.peer, chunk = issue.chunk, error = %e, "chunk request failed: source dropped");
+                        Outcome::Failed
+                    }
                 };
-                if src.inflight >= INFLIGHT_PER_SOURCE {
-                    continue;
-                }
-                let Some(index) = missing.pop_front() else {
-                    break;
+                plan.on_answer(issue.id, outcome, Instant::now());
+            }
+            _ = sleep_until_opt(wake) => {}
+        }
+    };
+    client.lock_sources().learn(&plan.reports());
+    result.map(|()| Bytes::from(buf))
+}
+
+/// Sleeps until `at`, or forever when there is nothing to wake for.
+async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Counts, logs (throttled) and reports what the plan noted.
+async fn apply_notes(
+    client: &NetClient,
+    hash: BlobHash,
+    plan: &mut ChunkPlan,
+) -> Result<(), NetError> {
+    for note in plan.take_notes() {
+        match note {
+            Note::Report(peer, reason) => {
+                log_bad(client, peer, hash, reason);
+                client.report(peer, reason).await?;
+            }
+            Note::Slow(peer) => {
+                let deadline = plan.deadline();
+                let log = {
+                    let mut book = client.lock_sources();
+                    book.slow += 1;
+                    book.log_check(peer, "slow_source", Instant::now())
                 };
-                src.inflight += 1;
-                progressed = true;
-                let peer = src.peer;
-                inflight.push(async move {
-                    let req = BlobRequest::Chunk { hash, index: index as u32 };
-                    (peer, index, client.request_blob(peer, req).await)
-                });
-            }
-        }
-        let Some((peer, index, res)) = inflight.next().await else {
-            return Err(FetchError::SourcesExhausted { hash, done, total }.into());
-        };
-        if let Some(src) = sources.get_mut(&peer) {
-            src.inflight -= 1;
-        }
-        match res {
-            Ok(BlobResponse::Chunk(bytes)) if manifest.verify_chunk(index, &bytes) => {
-                let r = chunk_range(manifest.size, index);
-                buf[r.start as usize..r.end as usize].copy_from_slice(&bytes);
-                done += 1;
-            }
-            Ok(BlobResponse::Busy) => {
-                missing.push_back(index);
-                let drop = sources.get_mut(&peer).is_some_and(|s| {
-                    s.busy += 1;
-                    s.busy > MAX_BUSY
-                });
-                if drop {
-                    sources.remove(&peer);
+                if let Some(suppressed) = log {
+                    info!(
+                        peer = %peer,
+                        blob = %hash,
+                        deadline_ms = deadline.as_millis() as u64,
+                        suppressed,
+                        "source missed its deadline: demoted for this fetch, chunks re-issued"
+                    );
                 }
             }
-            Ok(BlobResponse::Chunk(_)) | Ok(BlobResponse::Manifest(_)) => {
-                missing.push_back(index);
-                if sources.remove(&peer).is_some() {
-                    warn!(peer = %peer, blob = %hash, chunk = index, "bad chunk: source dropped");
-                    client.report(peer, RejectReason::BadChunk).await?;
-                }
+            Note::Hedged(_) => {
+                client.lock_sources().hedged += 1;
             }
-            Ok(BlobResponse::NotFound) => {
-                missing.push_back(index);
-                sources.remove(&peer);
-            }
-            Err(NetError::Shutdown) => return Err(NetError::Shutdown),
-            Err(e) => {
-                debug!(peer = %peer, chunk = index, error = %e, "chunk request failed: source dropped");
-                missing.push_back(index);
-                sources.remove(&peer);
-            }
-        }
-        if sources.is_empty() && inflight.is_empty() && done < total {
-            return Err(FetchError::SourcesExhausted { hash, done, total }.into());
         }
     }
-    Ok(Bytes::from(buf))
+    Ok(())
+}
+
+/// Logs a source that sent bad data (one line per peer and reason per minute).
+fn log_bad(client: &NetClient, peer: PeerId, hash: BlobHash, reason: RejectReason) {
+    let allowed = client.lock_sources().log_check(peer, reason.as_str(), Instant::now());
+    if let Some(suppressed) = allowed {
+        warn!(peer = %peer, blob = %hash, reason = reason.as_str(), suppressed, "source sent bad data: dropped");
+    }
 }

@@ -31,12 +31,21 @@ pub struct BlobStore {
     entries: HashMap<BlobHash, Entry>,
     /// Least recently used first.
     by_use: BTreeMap<u64, BlobHash>,
+    /// Size of the largest blob held (the uploads' fair share is a multiple of it).
+    largest: u64,
 }
 
 impl BlobStore {
     /// An empty store that holds at most `budget` bytes of blob data.
     pub fn new(budget: u64) -> Self {
-        BlobStore { budget, used: 0, tick: 0, entries: HashMap::new(), by_use: BTreeMap::new() }
+        BlobStore {
+            budget,
+            used: 0,
+            tick: 0,
+            entries: HashMap::new(),
+            by_use: BTreeMap::new(),
+            largest: 0,
+        }
     }
 
     /// Stores `data` under its precomputed hash and manifest, evicting older blobs as needed.
@@ -68,6 +77,10 @@ impl BlobStore {
             }
             evicted.push(oldest);
         }
+        if !evicted.is_empty() {
+            self.recompute_largest();
+        }
+        self.largest = self.largest.max(size);
         self.tick += 1;
         self.by_use.insert(self.tick, hash);
         self.entries.insert(hash, Entry { data, manifest, last_used: self.tick });
@@ -92,6 +105,9 @@ impl BlobStore {
             Some(e) => {
                 self.by_use.remove(&e.last_used);
                 self.used -= e.data.len() as u64;
+                if e.data.len() as u64 >= self.largest {
+                    self.recompute_largest();
+                }
                 true
             }
             None => false,
@@ -111,6 +127,17 @@ impl BlobStore {
     /// Bytes of blob data stored.
     pub fn used_bytes(&self) -> u64 {
         self.used
+    }
+
+    /// Size of the largest blob held (0 when empty).
+    pub fn largest_bytes(&self) -> u64 {
+        self.largest
+    }
+
+    /// A scan, but only when the largest blob may have left: puts and evictions are rare
+    /// next to the chunk requests that read [`BlobStore::largest_bytes`].
+    fn recompute_largest(&mut self) {
+        self.largest = self.entries.values().map(|e| e.data.len() as u64).max().unwrap_or(0);
     }
 
     fn touch(&mut self, hash: &BlobHash) {
@@ -144,6 +171,7 @@ mod tests {
         assert_eq!(ev, vec![b]);
         assert!(s.contains(&a) && s.contains(&c) && !s.contains(&b));
         assert_eq!(s.used_bytes(), 80);
+        assert_eq!(s.largest_bytes(), 40);
         assert!(s.used_bytes() <= 100);
     }
 
@@ -164,8 +192,10 @@ mod tests {
         assert_eq!(a, a2);
         assert!(ev.is_empty());
         assert_eq!(s.used_bytes(), 5);
+        assert_eq!(s.largest_bytes(), 5);
         assert!(s.remove(&a));
         assert!(s.is_empty());
+        assert_eq!(s.largest_bytes(), 0);
         assert_eq!(s.used_bytes(), 0);
     }
 }

@@ -26,6 +26,14 @@ use crate::counters::Counters;
 /// Protocol name (versioned).
 pub const BLOB_PROTOCOL: StreamProtocol = StreamProtocol::new("/atoll/blob/1");
 
+/// Directives for the binary's tracing filter. libp2p's request-response handler logs one
+/// WARN per inbound stream it drops over [`crate::behaviour::MAX_BLOB_STREAMS`] per
+/// connection ("Dropping inbound stream because we are at capacity"): a peer opening blob
+/// streams in a loop produced thousands of lines. The line names no peer and comes from
+/// inside libp2p, so it cannot be throttled per peer here; the filter silences it (the
+/// requester simply gets no answer, and the fair share counts what it does get).
+pub const QUIET_LOG_DIRECTIVES: &[&str] = &["libp2p_request_response::handler=error"];
+
 /// A request for part of a blob.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BlobRequest {

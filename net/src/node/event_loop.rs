@@ -11,13 +11,14 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures::StreamExt;
 use libp2p::kad::{QueryId, RecordKey};
-use libp2p::multiaddr::Protocol;
 use libp2p::request_response::OutboundRequestId;
 use libp2p::swarm::dial_opts::{DialOpts, PeerCondition};
 use libp2p::{gossipsub, Multiaddr, PeerId, Swarm};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info};
 
+use super::dials::DialQueue;
+use super::hygiene::Hygiene;
 use super::peers::PeerBook;
 use super::uploads::UploadQueue;
 use crate::announce;
@@ -26,10 +27,10 @@ use crate::blob::store::BlobStore;
 use crate::blob::wire::BlobResponse;
 use crate::client::{Command, NetEvent};
 use crate::config::{run_key, NetConfig};
-use crate::counters::{Counters, NetStats, RejectReason};
+use crate::counters::Counters;
 use crate::error::NetError;
 use crate::fault::{self, BlockList};
-use crate::limiter::UploadLimiter;
+use crate::swarmkey;
 
 /// Outbound blob requests in flight at once (over all fetches).
 pub const MAX_OUTBOUND_REQUESTS: usize = 1024;
@@ -53,12 +54,12 @@ pub(crate) struct EventLoop {
     pub(super) topic: gossipsub::IdentTopic,
     bootstrap: Vec<Multiaddr>,
     discovery_interval: Duration,
-    started: Instant,
+    pub(super) started: Instant,
     /// Replies owed to clients for outbound blob requests.
     pub(super) pending: HashMap<OutboundRequestId, oneshot::Sender<Result<BlobResponse, NetError>>>,
     pub(super) uploads: UploadQueue,
     pub(super) peers: PeerBook,
-    events_dropped: u64,
+    pub(super) events_dropped: u64,
     /// True once a provider record was stored on at least one peer since the last failure.
     pub(super) provided: bool,
     /// The running provider lookup and when it began.
@@ -66,6 +67,16 @@ pub(crate) struct EventLoop {
     ticks: u64,
     /// Fault injection: the peers we refuse, re-read from a file (`None` in normal runs).
     block_list: Option<BlockList>,
+    /// Strikes, bans and the announcement rate limit.
+    pub(super) hygiene: Hygiene,
+    /// A private swarm (TCP only).
+    pub(super) swarm_key: bool,
+    /// Dials started to providers of the run key.
+    pub(super) provider_dials: u64,
+    /// Providers waiting for a (bounded) dial.
+    pub(super) dials: DialQueue,
+    /// We listen on loopback, so loopback addresses of others may reach them.
+    pub(super) on_loopback: bool,
 }
 
 impl EventLoop {
@@ -81,7 +92,7 @@ impl EventLoop {
         counters: Arc<Counters>,
     ) -> Self {
         let now = Instant::now();
-        EventLoop {
+        let mut event_loop = EventLoop {
             swarm,
             commands,
             commands_open: true,
@@ -96,17 +107,21 @@ impl EventLoop {
             discovery_interval: cfg.discovery_interval,
             started: now,
             pending: HashMap::new(),
-            uploads: UploadQueue::new(
-                UploadLimiter::new(cfg.max_upload_bytes_per_sec, now),
-                cfg.request_timeout / 2,
-            ),
+            uploads: UploadQueue::new(cfg, now),
             peers: PeerBook::default(),
             events_dropped: 0,
             provided: false,
             providers_query: None,
             ticks: 0,
             block_list: cfg.block_list.clone().map(BlockList::new),
-        }
+            hygiene: Hygiene::new(cfg.ban_file.clone()),
+            swarm_key: cfg.swarm_key.is_some(),
+            provider_dials: 0,
+            dials: DialQueue::default(),
+            on_loopback: cfg.listen.iter().any(super::addr_is_loopback),
+        };
+        event_loop.apply_loaded_bans();
+        event_loop
     }
 
     pub(crate) async fn run(mut self) {
@@ -169,6 +184,9 @@ impl EventLoop {
                     self.pending.insert(id, reply);
                 }
             }
+            Command::Dial { addr, reply } if self.swarm_key && swarmkey::is_quic(&addr) => {
+                let _ = reply.send(Err(swarmkey::quic_refused(&addr, false)));
+            }
             Command::Dial { addr, reply } => {
                 let res = self
                     .swarm
@@ -181,7 +199,12 @@ impl EventLoop {
                 if reason.is_penalty() {
                     self.peers.penalise(peer, Instant::now());
                     self.emit(NetEvent::PeerPenalised { peer, reason });
+                    self.strike(peer, reason.as_str(), 1.0);
                 }
+            }
+            Command::Penalize { peer, reason } => self.strike(peer, reason, 1.0),
+            Command::Banned { reply } => {
+                let _ = reply.send(self.banned_peers());
             }
             Command::Stats { reply } => {
                 let _ = reply.send(self.stats());
@@ -222,6 +245,8 @@ impl EventLoop {
     /// re-dial the bootstrap peers if we have lost every peer.
     pub(super) fn discover(&mut self) {
         self.ticks += 1;
+        self.dials.tick();
+        self.dial_providers();
         let table = self.routing_table_size();
         if table == 0 {
             if self.ticks > 1 && self.swarm.network_info().num_peers() == 0 {
@@ -267,14 +292,11 @@ impl EventLoop {
             return;
         };
         let blocked = self.block_list.as_ref().map_or(0, BlockList::len);
-        let Some(gate) = self.swarm.behaviour_mut().blocked.as_mut() else {
-            return;
-        };
         for p in &change.block {
-            gate.block_peer(*p);
+            self.fault_block(*p);
         }
         for p in &change.unblock {
-            gate.unblock_peer(*p);
+            self.fault_unblock(*p);
         }
         info!(
             blocked,
@@ -286,7 +308,7 @@ impl EventLoop {
 
     /// A peer is in our run: note it, and dial it or announce it as joined.
     pub(super) fn learn_run_peer(&mut self, peer: PeerId) {
-        if peer == *self.swarm.local_peer_id() {
+        if peer == *self.swarm.local_peer_id() || self.hygiene.is_banned(&peer) {
             return;
         }
         self.peers.learn_run_peer(peer);
@@ -305,72 +327,31 @@ impl EventLoop {
 
     pub(super) fn member_connected(&mut self, peer: PeerId) {
         if self.peers.known_run.contains(&peer) && self.peers.members.insert(peer) {
-            info!(peer = %peer, "run peer connected");
+            // Throttled: a peer that keeps reconnecting is one line a minute.
+            if self.peers.may_log(peer.to_string(), "joined") {
+                info!(peer = %peer, "run peer connected");
+            }
             self.emit(NetEvent::RunPeerJoined(peer));
         }
     }
 
     pub(super) fn member_disconnected(&mut self, peer: PeerId) {
         if self.peers.members.remove(&peer) {
-            info!(peer = %peer, "run peer disconnected");
+            if self.peers.may_log(peer.to_string(), "left") {
+                info!(peer = %peer, "run peer disconnected");
+            }
             self.emit(NetEvent::RunPeerLeft(peer));
         }
     }
 
-    fn run_peers(&self) -> Vec<PeerId> {
+    pub(super) fn run_peers(&self) -> Vec<PeerId> {
         let mut v: Vec<PeerId> = self.peers.members.iter().copied().collect();
         v.sort();
         v
     }
 
-    fn routing_table_size(&mut self) -> usize {
+    pub(super) fn routing_table_size(&mut self) -> usize {
         self.swarm.behaviour_mut().kad.kbuckets().map(|b| b.num_entries()).sum()
-    }
-
-    fn stats(&mut self) -> NetStats {
-        let peer_id = *self.swarm.local_peer_id();
-        let listen_addrs = self
-            .swarm
-            .listeners()
-            .map(|a| a.clone().with(Protocol::P2p(peer_id)).to_string())
-            .collect();
-        let transport = self.counters.transport.get();
-        let mut protocols = std::collections::BTreeMap::new();
-        protocols.insert("transport".to_string(), transport);
-        protocols.insert("blob".to_string(), self.counters.blob.get());
-        protocols.insert("announce".to_string(), self.counters.announce.get());
-        let (blobs_stored, store_bytes) = {
-            let s = self.store.lock().unwrap_or_else(|p| p.into_inner());
-            (s.len(), s.used_bytes())
-        };
-        NetStats {
-            peer_id: peer_id.to_string(),
-            run_id: self.run_id.clone(),
-            listen_addrs,
-            run_peers: self.run_peers().iter().map(|p| p.to_string()).collect(),
-            connected: self.swarm.network_info().num_peers(),
-            routing_table_size: self.routing_table_size(),
-            bytes_sent: transport.sent,
-            bytes_received: transport.received,
-            protocols,
-            peers: self.peers.bytes.iter().map(|(p, b)| (p.to_string(), *b)).collect(),
-            rejects: self.rejects(),
-            events_dropped: self.events_dropped,
-            blobs_stored,
-            store_bytes,
-            penalised: self.peers.penalised_count(Instant::now()),
-            uptime_secs: self.started.elapsed().as_secs(),
-        }
-    }
-
-    fn rejects(&self) -> std::collections::BTreeMap<String, u64> {
-        let mut out: std::collections::BTreeMap<String, u64> =
-            self.peers.rejects.iter().map(|(r, n)| (r.as_str().to_string(), *n)).collect();
-        let garbage = self.counters.blob_malformed.load(std::sync::atomic::Ordering::Relaxed);
-        if garbage > 0 {
-            *out.entry(RejectReason::BlobMalformed.as_str().to_string()).or_default() += garbage;
-        }
-        out
     }
 
     pub(super) fn payload(data: &[u8]) -> Bytes {

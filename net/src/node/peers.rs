@@ -1,5 +1,6 @@
 //! What the swarm task remembers about other peers: run membership, penalties, rejects,
-//! bytes per peer, and which complaints were already logged. Every map is bounded.
+//! bytes per peer, and which complaints were logged lately (at most one line per peer and
+//! reason per [`LogThrottle::DEFAULT_WINDOW`]). Every map is bounded.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -8,6 +9,7 @@ use libp2p::PeerId;
 use tracing::warn;
 
 use crate::counters::{ByteCount, RejectReason};
+use crate::logthrottle::LogThrottle;
 
 /// Most peers remembered as run members (discovered, connected or not).
 pub const MAX_KNOWN_RUN_PEERS: usize = 4096;
@@ -15,7 +17,7 @@ pub const MAX_KNOWN_RUN_PEERS: usize = 4096;
 pub const MAX_TRACKED_PEERS: usize = 1024;
 /// Most peers in the penalty box.
 pub const MAX_PENALISED: usize = 4096;
-/// Most (peer, reason) pairs remembered for log-once.
+/// Most (peer, reason) pairs remembered by the log throttle.
 pub const MAX_LOGGED: usize = 4096;
 /// How long a run peer whose dial failed is not dialled again (its provider record may
 /// outlive it by minutes).
@@ -24,6 +26,15 @@ pub const DIAL_BACKOFF: Duration = Duration::from_secs(15);
 pub const MAX_DIAL_BACKOFF: usize = 4096;
 /// How long a peer that served bad data is not asked for data.
 pub const PENALTY: Duration = Duration::from_secs(600);
+
+/// The log throttle with this module's capacity.
+struct Throttle(LogThrottle<String>);
+
+impl Default for Throttle {
+    fn default() -> Self {
+        Throttle(LogThrottle::new(LogThrottle::<String>::DEFAULT_WINDOW, MAX_LOGGED))
+    }
+}
 
 /// Bookkeeping about remote peers.
 #[derive(Default)]
@@ -38,8 +49,8 @@ pub struct PeerBook {
     pub rejects: BTreeMap<RejectReason, u64>,
     /// Payload bytes per peer.
     pub bytes: HashMap<PeerId, ByteCount>,
-    /// (who, reason) already logged; `who` is a peer id or a remote IP.
-    logged: HashSet<(String, RejectReason)>,
+    /// (who, reason) logged within the window; `who` is a peer id or a remote IP.
+    log: Throttle,
     /// Peers whose last dial failed, and when.
     dial_failed: HashMap<PeerId, Instant>,
 }
@@ -81,20 +92,34 @@ impl PeerBook {
         self.dial_failed.get(peer).is_none_or(|t| now.saturating_duration_since(*t) >= DIAL_BACKOFF)
     }
 
-    /// Counts a rejection and logs it the first time for this `who` and reason.
+    /// Counts a rejection and logs it at most once per `who`, reason and window.
     pub fn reject(&mut self, who: String, reason: RejectReason, detail: &str) {
         *self.rejects.entry(reason).or_default() += 1;
-        if self.logged.len() >= MAX_LOGGED {
-            self.logged.clear();
-        }
-        if self.logged.insert((who.clone(), reason)) {
+        if let Some(suppressed) = self.log.0.check(who.clone(), reason.as_str(), Instant::now()) {
             warn!(
                 from = %who,
                 reason = reason.as_str(),
                 detail,
-                "rejected (logged once per peer and reason; see the rejects counters)"
+                suppressed,
+                "rejected (one line per peer and reason per minute; see the rejects counters)"
             );
         }
+    }
+
+    /// Whether a line about `who` and `reason` may be logged now (see [`LogThrottle`]).
+    pub fn may_log(&mut self, who: String, reason: &'static str) -> bool {
+        self.log.0.allow(who, reason, Instant::now())
+    }
+
+    /// Log lines left out so far.
+    pub fn log_suppressed(&self) -> u64 {
+        self.log.0.suppressed()
+    }
+
+    /// Forgets a run peer (banned: never dial it again).
+    pub fn forget_run_peer(&mut self, peer: &PeerId) {
+        self.known_run.remove(peer);
+        self.dial_failed.remove(peer);
     }
 
     /// Puts a peer in the penalty box.
@@ -158,7 +183,8 @@ mod tests {
             book.reject(p.to_string(), RejectReason::Malformed, "x");
         }
         assert_eq!(book.rejects[&RejectReason::Malformed], 3);
-        assert_eq!(book.logged.len(), 1);
+        assert_eq!(book.log.0.len(), 1);
+        assert_eq!(book.log_suppressed(), 2);
     }
 
     #[test]

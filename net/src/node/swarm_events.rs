@@ -10,14 +10,17 @@ use libp2p::{allow_block_list, gossipsub, identify, mdns, ping, Multiaddr, PeerI
 use tracing::{debug, info};
 
 use super::event_loop::EventLoop;
-use super::uploads::Admit;
 use crate::announce;
 use crate::behaviour::{BehaviourEvent, IDENTIFY_PROTOCOL_VERSION, KAD_PROTOCOL};
-use crate::blob::chunk_range;
 use crate::blob::wire::{BlobRequest, BlobResponse};
 use crate::client::NetEvent;
 use crate::counters::RejectReason;
 use crate::error::{AnnounceError, NetError};
+use crate::iplimit::IpLimitExceeded;
+
+/// Added to handshake failures in a private swarm, where they usually mean a key mismatch.
+const SWARM_KEY_HINT: &str =
+    " (private swarm: the peer may have another swarm key, or none; pnet cannot tell)";
 
 impl EventLoop {
     pub(super) fn on_swarm_event(&mut self, event: SwarmEvent<BehaviourEvent>) {
@@ -27,26 +30,50 @@ impl EventLoop {
                 if num_established.get() == 1 =>
             {
                 self.peers.connected(&peer_id);
+                self.dials.done(&peer_id);
                 self.member_connected(peer_id)
             }
             SwarmEvent::ConnectionClosed { peer_id, num_established: 0, .. } => {
                 self.member_disconnected(peer_id)
             }
-            // Our own fault injection refused it: not the remote's fault.
+            // A banned peer, or our own fault injection: already counted, nothing to add.
             SwarmEvent::IncomingConnectionError {
                 error: ListenError::Denied { cause }, ..
             } if cause.downcast_ref::<allow_block_list::Blocked>().is_some() => {}
+            SwarmEvent::IncomingConnectionError {
+                send_back_addr,
+                error: ListenError::Denied { cause },
+                ..
+            } if cause.downcast_ref::<IpLimitExceeded>().is_some() => {
+                let who = remote_ip(&send_back_addr);
+                self.peers.reject(who, RejectReason::IpLimit, &cause.to_string());
+            }
             SwarmEvent::IncomingConnectionError { send_back_addr, error, .. } => {
                 let who = remote_ip(&send_back_addr);
-                self.peers.reject(who, RejectReason::Handshake, &error.to_string());
+                let mut detail = error.to_string();
+                if self.swarm_key {
+                    detail.push_str(SWARM_KEY_HINT);
+                }
+                self.peers.reject(who, RejectReason::Handshake, &detail);
             }
             SwarmEvent::NewListenAddr { address, .. } => {
                 self.swarm.add_external_address(address);
             }
             SwarmEvent::OutgoingConnectionError { peer_id, error, .. } => {
-                debug!(peer = ?peer_id, error = %error, "dial failed");
+                let who = peer_id.map_or_else(|| "unknown peer".to_string(), |p| p.to_string());
+                if self.swarm_key
+                    && matches!(error, DialError::Transport(_))
+                    && self.peers.may_log(who, "dial_failed")
+                {
+                    info!(peer = ?peer_id, error = %error, "dial failed{SWARM_KEY_HINT}");
+                } else {
+                    debug!(peer = ?peer_id, error = %error, "dial failed");
+                }
                 // Back off only from peers that were tried and did not answer; a peer whose
                 // address is not known yet may be learnt by the next provider lookup.
+                if let Some(p) = &peer_id {
+                    self.dials.done(p);
+                }
                 let tried =
                     matches!(error, DialError::Transport(_) | DialError::WrongPeerId { .. });
                 if let Some(p) = peer_id.filter(|p| tried && !self.swarm.is_connected(p)) {
@@ -107,7 +134,9 @@ impl EventLoop {
         if matches!(e, ping::Failure::Unsupported) {
             return;
         }
-        info!(peer = %peer, error = %e, "connection unresponsive; closing it");
+        if self.peers.may_log(peer.to_string(), "unresponsive") {
+            info!(peer = %peer, error = %e, "connection unresponsive; closing it");
+        }
         self.swarm.close_connection(connection);
     }
 
@@ -125,7 +154,7 @@ impl EventLoop {
                 QueryResult::GetProviders(res) => {
                     if let Ok(GetProvidersOk::FoundProviders { providers, .. }) = res {
                         for p in providers {
-                            self.learn_run_peer(p);
+                            self.learn_provider(p);
                         }
                     }
                     if step.last {
@@ -156,6 +185,22 @@ impl EventLoop {
     fn on_gossip(&mut self, event: gossipsub::Event) {
         match event {
             gossipsub::Event::Message { propagation_source, message_id, message } => {
+                // A flood from one source must not push honest events out of the bounded
+                // event channel: over its token bucket, messages are ignored (not
+                // penalised: an honest forwarder may burst) and counted.
+                if !self.hygiene.admit_announcement(propagation_source, Instant::now()) {
+                    self.peers.reject(
+                        propagation_source.to_string(),
+                        RejectReason::RateLimited,
+                        "announcements over the per-source rate limit",
+                    );
+                    self.swarm.behaviour_mut().gossipsub.report_message_validation_result(
+                        &message_id,
+                        &propagation_source,
+                        gossipsub::MessageAcceptance::Ignore,
+                    );
+                    return;
+                }
                 let verdict = if message.topic != self.topic.hash() {
                     Err(AnnounceError::WrongRun {
                         got: message.topic.to_string(),
@@ -184,6 +229,8 @@ impl EventLoop {
                             _ => RejectReason::Malformed,
                         };
                         self.peers.reject(propagation_source.to_string(), reason, &e.to_string());
+                        // Honest peers validate before forwarding: the source is to blame.
+                        self.strike(propagation_source, reason.as_str(), strike_weight(reason));
                         gossipsub::MessageAcceptance::Reject
                     }
                 };
@@ -227,39 +274,17 @@ impl EventLoop {
             request_response::Event::ResponseSent { .. } => {}
         }
     }
+}
 
-    fn serve(
-        &mut self,
-        peer: PeerId,
-        request: BlobRequest,
-        channel: request_response::ResponseChannel<BlobResponse>,
-    ) {
-        let response = {
-            let mut store = self.store.lock().unwrap_or_else(|p| p.into_inner());
-            match request {
-                BlobRequest::Manifest { hash } => match store.get(&hash) {
-                    Some((_, m)) => BlobResponse::Manifest((*m).clone()),
-                    None => BlobResponse::NotFound,
-                },
-                BlobRequest::Chunk { hash, index } => match store.get(&hash) {
-                    Some((data, m)) if (index as usize) < m.chunk_count() => {
-                        let r = chunk_range(m.size, index as usize);
-                        BlobResponse::Chunk(data.slice(r.start as usize..r.end as usize))
-                    }
-                    _ => BlobResponse::NotFound,
-                },
-            }
-        };
-        let len = response.payload_len() as u64;
-        let (channel, response) = match self.uploads.admit(Instant::now(), channel, response) {
-            Admit::Now(c, r) => {
-                self.peers.add_bytes(peer, len, 0);
-                (c, r)
-            }
-            Admit::Queued => return self.peers.add_bytes(peer, len, 0),
-            Admit::Busy(c) => (c, BlobResponse::Busy),
-        };
-        let _ = self.swarm.behaviour_mut().blob.send_response(channel, response);
+/// Strikes for an announcement net rejected. Bytes that are not an envelope, or too many
+/// of them, are never sent by an honest peer: two such messages ban (gossipsub graylists a
+/// sender after three invalid messages, so a ban must come before). Another run or
+/// version may be an honest peer on the wrong build: one strike each, so it is graylisted
+/// within three messages but banned only if it keeps at it after its score recovered.
+fn strike_weight(reason: RejectReason) -> f64 {
+    match reason {
+        RejectReason::Malformed | RejectReason::Oversized => 4.0,
+        _ => 1.0,
     }
 }
 

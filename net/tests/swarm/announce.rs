@@ -51,14 +51,22 @@ async fn a_slow_consumer_loses_events_not_the_node() -> anyhow::Result<()> {
         Ok(a.client.publish(b"warm-up".to_vec()).await.is_ok())
     })
     .await?;
-    let n = atoll_net::client::EVENT_CAPACITY + 200;
-    for i in 0..n {
-        a.client.publish(format!("announcement {i}").into_bytes()).await?;
+    // b accepts a's announcements at the per-source rate limit (a burst, then a steady
+    // rate), so the stream fills over a few seconds; then further events are dropped and
+    // counted, and b still answers.
+    let deadline = tokio::time::Instant::now() + crate::support::DEADLINE;
+    let mut i = 0u64;
+    loop {
+        for _ in 0..64 {
+            a.client.publish(format!("announcement {i}").into_bytes()).await?;
+            i += 1;
+        }
+        if b.client.stats().await?.events_dropped > 0 {
+            break;
+        }
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "nothing dropped after {i}");
+        // Pace the publisher to the rate limit's refill (a loop with a deadline).
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    // The event stream is full: further events are dropped and counted, and b still answers.
-    wait_until("dropped events counted", || async {
-        Ok(b.client.stats().await?.events_dropped > 0)
-    })
-    .await?;
     stop_all(vec![a, b]).await
 }

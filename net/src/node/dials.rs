@@ -1,0 +1,214 @@
+//! Bounded dials to providers of the run key: no dial reflection.
+//!
+//! Anyone can answer a provider lookup, and a fake DHT server that names 1000 "providers",
+//! each with attacker-chosen addresses, used to make every honest peer dial over a
+//! thousand addresses in 45 s (a reflection attack on whoever owns them). Now a provider
+//! that is not connected goes into a bounded queue with at most [`MAX_ADDRS_PER_PROVIDER`]
+//! addresses (those of the routing table first: learnt through identify from a connection,
+//! or from kad itself, before the ones a lookup reply named); at most
+//! [`MAX_DIALS_PER_TICK`] of them are dialled per discovery tick, and at most
+//! [`MAX_PENDING_DIALS`] such dials are in flight. Cost: in a swarm with many newcomers at
+//! once, finding all of them takes a few ticks instead of one.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use libp2p::core::Endpoint;
+use libp2p::swarm::dial_opts::{DialOpts, PeerCondition};
+use libp2p::swarm::{ConnectionId, NetworkBehaviour};
+use libp2p::{Multiaddr, PeerId};
+use tracing::debug;
+
+use super::event_loop::EventLoop;
+use crate::swarmkey;
+
+/// Provider dials started per discovery tick.
+pub const MAX_DIALS_PER_TICK: usize = 4;
+/// Provider dials in flight at once.
+pub const MAX_PENDING_DIALS: usize = 16;
+/// Providers waiting for a dial.
+pub const MAX_QUEUED: usize = 64;
+/// Addresses dialled per provider.
+pub const MAX_ADDRS_PER_PROVIDER: usize = 2;
+/// A dial not reported back within this long no longer counts as in flight.
+pub const PENDING_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The queue of providers to dial. See the module docs.
+#[derive(Debug, Default)]
+pub struct DialQueue {
+    queue: VecDeque<(PeerId, Vec<Multiaddr>)>,
+    pending: HashMap<PeerId, Instant>,
+    /// Dials left in the current tick.
+    budget: usize,
+}
+
+impl DialQueue {
+    /// Queues `peer` with its candidate addresses (already picked with [`pick_addrs`]).
+    /// False when it is queued or in flight already, has no address, or the queue is full.
+    pub fn offer(&mut self, peer: PeerId, addrs: Vec<Multiaddr>) -> bool {
+        if addrs.is_empty()
+            || self.queue.len() >= MAX_QUEUED
+            || self.pending.contains_key(&peer)
+            || self.queue.iter().any(|(p, _)| *p == peer)
+        {
+            return false;
+        }
+        self.queue.push_back((peer, addrs));
+        true
+    }
+
+    /// A new discovery tick: the per-tick budget is refilled.
+    pub fn tick(&mut self) {
+        self.budget = MAX_DIALS_PER_TICK;
+    }
+
+    /// The dials to start now, within the tick's budget and the in-flight cap.
+    pub fn take(&mut self, now: Instant) -> Vec<(PeerId, Vec<Multiaddr>)> {
+        self.pending.retain(|_, t| now.saturating_duration_since(*t) < PENDING_TIMEOUT);
+        let mut out = Vec::new();
+        while self.budget > 0 && self.pending.len() < MAX_PENDING_DIALS {
+            let Some((peer, addrs)) = self.queue.pop_front() else { break };
+            self.budget -= 1;
+            self.pending.insert(peer, now);
+            out.push((peer, addrs));
+        }
+        out
+    }
+
+    /// The dial to `peer` ended (connected or failed), or it connected by other means.
+    pub fn done(&mut self, peer: &PeerId) {
+        self.pending.remove(peer);
+        self.queue.retain(|(p, _)| p != peer);
+    }
+
+    /// Dials in flight.
+    #[cfg(test)]
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+}
+
+/// At most [`MAX_ADDRS_PER_PROVIDER`] distinct addresses, in the order given (routing
+/// table first), leaving out loopback ones unless we listen on loopback ourselves.
+pub fn pick_addrs(addrs: Vec<Multiaddr>, allow_loopback: bool) -> Vec<Multiaddr> {
+    let mut out: Vec<Multiaddr> = Vec::new();
+    for a in addrs {
+        if out.len() >= MAX_ADDRS_PER_PROVIDER {
+            break;
+        }
+        if (allow_loopback || !super::addr_is_loopback(&a)) && !out.contains(&a) {
+            out.push(a);
+        }
+    }
+    out
+}
+
+impl EventLoop {
+    /// A provider of the run key: note it as a run peer, and queue a bounded dial.
+    pub(super) fn learn_provider(&mut self, peer: PeerId) {
+        let now = Instant::now();
+        if peer == *self.swarm.local_peer_id() || self.hygiene.is_banned(&peer) {
+            return;
+        }
+        self.peers.learn_run_peer(peer);
+        if self.swarm.is_connected(&peer) {
+            self.dials.done(&peer);
+            return self.member_connected(peer);
+        }
+        if self.peers.is_penalised(&peer, now) || !self.peers.may_dial(&peer, now) {
+            return;
+        }
+        // The addresses kad would dial: routing table first, then the lookup's replies.
+        // Asking kad does not dial; the connection id is not used by kad.
+        let known = self
+            .swarm
+            .behaviour_mut()
+            .kad
+            .handle_pending_outbound_connection(
+                ConnectionId::new_unchecked(usize::MAX),
+                Some(peer),
+                &[],
+                Endpoint::Dialer,
+            )
+            .unwrap_or_default();
+        let mut addrs = pick_addrs(
+            known.into_iter().filter(|a| !(self.swarm_key && swarmkey::is_quic(a))).collect(),
+            self.on_loopback,
+        );
+        addrs.truncate(MAX_ADDRS_PER_PROVIDER);
+        if self.dials.offer(peer, addrs) {
+            self.dial_providers();
+        }
+    }
+
+    /// Starts the queued provider dials the budget allows, each to its picked addresses
+    /// only (no addresses added by the behaviours).
+    pub(super) fn dial_providers(&mut self) {
+        for (peer, addrs) in self.dials.take(Instant::now()) {
+            self.provider_dials += addrs.len() as u64;
+            let opts = DialOpts::peer_id(peer)
+                .addresses(addrs)
+                .condition(PeerCondition::DisconnectedAndNotDialing)
+                .build();
+            if let Err(e) = self.swarm.dial(opts) {
+                self.dials.done(&peer);
+                debug!(peer = %peer, error = %e, "cannot dial provider");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(i: usize) -> Multiaddr {
+        format!("/ip4/10.0.{}.{}/tcp/4001", i / 250, i % 250 + 1).parse().unwrap()
+    }
+
+    #[test]
+    fn a_flood_of_fake_providers_is_dialled_a_few_at_a_time() {
+        let mut q = DialQueue::default();
+        let t0 = Instant::now();
+        let mut offered = 0;
+        for i in 0..1000 {
+            let addrs = pick_addrs((0..50).map(|j| addr(i * 50 + j)).collect(), false);
+            assert_eq!(addrs.len(), MAX_ADDRS_PER_PROVIDER);
+            offered += usize::from(q.offer(PeerId::random(), addrs));
+        }
+        assert_eq!(offered, MAX_QUEUED);
+        // 45 s of 3 s ticks, nothing ever answering: the in-flight cap holds until dials
+        // time out.
+        let mut dialled = 0;
+        for tick in 0..15u32 {
+            q.tick();
+            dialled += q.take(t0 + Duration::from_secs(3) * tick).len();
+            assert!(q.pending() <= MAX_PENDING_DIALS);
+        }
+        assert!(dialled <= 2 * MAX_PENDING_DIALS, "{dialled} providers dialled");
+        assert!(dialled * MAX_ADDRS_PER_PROVIDER <= 64, "addresses dialled: reflection bounded");
+    }
+
+    #[test]
+    fn finished_dials_free_their_slot_and_duplicates_are_refused() {
+        let mut q = DialQueue::default();
+        let t0 = Instant::now();
+        let p = PeerId::random();
+        assert!(q.offer(p, vec![addr(1)]));
+        assert!(!q.offer(p, vec![addr(2)]), "already queued");
+        assert!(!q.offer(PeerId::random(), vec![]), "nothing to dial");
+        q.tick();
+        assert_eq!(q.take(t0).len(), 1);
+        assert!(!q.offer(p, vec![addr(1)]), "in flight");
+        q.done(&p);
+        assert_eq!(q.pending(), 0);
+        assert!(q.offer(p, vec![addr(1)]));
+    }
+
+    #[test]
+    fn loopback_is_left_out_unless_we_listen_there() {
+        let lo: Multiaddr = "/ip4/127.0.0.1/tcp/1".parse().unwrap();
+        assert_eq!(pick_addrs(vec![lo.clone(), addr(1), addr(1)], false), vec![addr(1)]);
+        assert_eq!(pick_addrs(vec![lo.clone(), addr(1)], true), vec![lo, addr(1)]);
+    }
+}

@@ -1,0 +1,198 @@
+//! Network hygiene on the swarm task: strikes, bans, the combined block list and the
+//! per-source announcement rate limit. See [`crate::bans`] for the policy.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use libp2p::PeerId;
+use tracing::{debug, warn};
+
+use super::event_loop::EventLoop;
+use crate::bans::{self, Strikes, BAN_STRIKES, MAX_BANS};
+use crate::client::NetEvent;
+
+/// Announcements accepted from one propagation source in a burst.
+pub const ANNOUNCE_BURST: f64 = 256.0;
+/// Announcements per second accepted from one propagation source, sustained.
+pub const ANNOUNCE_RATE: f64 = 128.0;
+/// Most sources with a token bucket (above the 512 connections a node accepts).
+pub const MAX_BUCKETS: usize = 1024;
+
+/// What the swarm task keeps for hygiene.
+#[derive(Debug, Default)]
+pub(crate) struct Hygiene {
+    strikes: Strikes,
+    /// Strikes given, by reason.
+    pub(crate) strike_counts: BTreeMap<&'static str, u64>,
+    /// Banned for the run (bounded by [`MAX_BANS`]).
+    pub(crate) banned: HashSet<PeerId>,
+    /// Blocked by fault injection (tests only).
+    fault_blocked: HashSet<PeerId>,
+    ban_file: Option<PathBuf>,
+    buckets: HashMap<PeerId, (f64, Instant)>,
+}
+
+impl Hygiene {
+    /// Loads the ban file (if any); a bad line is skipped with one warning.
+    pub(crate) fn new(ban_file: Option<PathBuf>) -> Self {
+        let mut h = Hygiene { ban_file, ..Hygiene::default() };
+        let Some(path) = h.ban_file.clone() else { return h };
+        match bans::read(&path) {
+            Ok(loaded) => {
+                if let Some((line, text)) = &loaded.first_bad {
+                    warn!(
+                        path = %path.display(),
+                        skipped = loaded.skipped,
+                        first_bad_line = line,
+                        text = %text,
+                        "ban file: lines that are not peer ids were skipped"
+                    );
+                }
+                h.banned = loaded.peers;
+            }
+            Err(e) => {
+                warn!(path = %path.display(), error = %e, "ban file unreadable; no bans loaded")
+            }
+        }
+        h
+    }
+
+    /// Token bucket per propagation source: true if one more announcement fits.
+    pub(crate) fn admit_announcement(&mut self, source: PeerId, now: Instant) -> bool {
+        if !self.buckets.contains_key(&source) && self.buckets.len() >= MAX_BUCKETS {
+            // Forget sources whose bucket refilled (they are idle), else any one.
+            self.buckets.retain(|_, (t, at)| refill(*t, *at, now) < ANNOUNCE_BURST);
+            if self.buckets.len() >= MAX_BUCKETS {
+                if let Some(p) = self.buckets.keys().next().copied() {
+                    self.buckets.remove(&p);
+                }
+            }
+        }
+        let (tokens, at) = self.buckets.entry(source).or_insert((ANNOUNCE_BURST, now));
+        let available = refill(*tokens, *at, now);
+        *at = now;
+        if available >= 1.0 {
+            *tokens = available - 1.0;
+            true
+        } else {
+            *tokens = available;
+            false
+        }
+    }
+
+    pub(crate) fn is_banned(&self, peer: &PeerId) -> bool {
+        self.banned.contains(peer)
+    }
+}
+
+fn refill(tokens: f64, at: Instant, now: Instant) -> f64 {
+    (tokens + now.saturating_duration_since(at).as_secs_f64() * ANNOUNCE_RATE).min(ANNOUNCE_BURST)
+}
+
+impl EventLoop {
+    /// Blocks every peer of the loaded ban file (called once at start).
+    pub(super) fn apply_loaded_bans(&mut self) {
+        let banned: Vec<PeerId> = self.hygiene.banned.iter().copied().collect();
+        for p in banned {
+            self.swarm.behaviour_mut().blocked.block_peer(p);
+            self.swarm.behaviour_mut().gossipsub.blacklist_peer(&p);
+        }
+    }
+
+    /// One strike (`weight` of one) against `peer` for `reason`: lowers its gossipsub score
+    /// and bans it at [`BAN_STRIKES`].
+    pub(super) fn strike(&mut self, peer: PeerId, reason: &'static str, weight: f64) {
+        if peer == *self.swarm.local_peer_id() || self.hygiene.is_banned(&peer) {
+            return;
+        }
+        *self.hygiene.strike_counts.entry(reason).or_default() += 1;
+        let standing = self.hygiene.strikes.add(peer, weight, Instant::now());
+        self.swarm.behaviour_mut().gossipsub.set_application_score(&peer, -standing);
+        if self.peers.may_log(peer.to_string(), "strike") {
+            debug!(peer = %peer, reason, standing, "strike");
+        }
+        // Rounded: strikes given within minutes of each other count whole.
+        if standing.round() >= BAN_STRIKES {
+            self.ban(peer, reason);
+        }
+    }
+
+    /// Bans `peer` for the run: refused both ways, disconnected, out of the DHT and the
+    /// gossip mesh, persisted.
+    fn ban(&mut self, peer: PeerId, reason: &'static str) {
+        if self.hygiene.banned.len() >= MAX_BANS {
+            if self.peers.may_log("ban list".into(), "full") {
+                warn!(limit = MAX_BANS, "ban list full; misbehaving peers are only graylisted");
+            }
+            return;
+        }
+        self.hygiene.banned.insert(peer);
+        self.hygiene.strikes.remove(&peer);
+        let b = self.swarm.behaviour_mut();
+        b.blocked.block_peer(peer);
+        b.gossipsub.blacklist_peer(&peer);
+        b.kad.remove_peer(&peer);
+        let _ = self.swarm.disconnect_peer_id(peer);
+        self.peers.forget_run_peer(&peer);
+        if self.peers.may_log(peer.to_string(), "banned") {
+            warn!(peer = %peer, reason, strikes = BAN_STRIKES, "peer banned for the run");
+        }
+        if let Some(path) = &self.hygiene.ban_file {
+            if let Err(e) = bans::write(path, &self.hygiene.banned) {
+                warn!(path = %path.display(), error = %e, "cannot write the ban file");
+            }
+        }
+        self.emit(NetEvent::PeerBanned { peer, reason });
+    }
+
+    /// Fault injection: blocks `peer` (it stays blocked while banned, too).
+    pub(super) fn fault_block(&mut self, peer: PeerId) {
+        self.hygiene.fault_blocked.insert(peer);
+        self.swarm.behaviour_mut().blocked.block_peer(peer);
+    }
+
+    /// Fault injection: lifts the fault block of `peer`, unless it is banned.
+    pub(super) fn fault_unblock(&mut self, peer: PeerId) {
+        self.hygiene.fault_blocked.remove(&peer);
+        if !self.hygiene.is_banned(&peer) {
+            self.swarm.behaviour_mut().blocked.unblock_peer(peer);
+        }
+    }
+
+    /// Banned peers, sorted.
+    pub(super) fn banned_peers(&self) -> Vec<PeerId> {
+        let mut v: Vec<PeerId> = self.hygiene.banned.iter().copied().collect();
+        v.sort();
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn token_bucket_limits_one_source_and_refills() {
+        let mut h = Hygiene::default();
+        let (a, b) = (PeerId::random(), PeerId::random());
+        let t0 = Instant::now();
+        let admitted = (0..1000).filter(|_| h.admit_announcement(a, t0)).count();
+        assert_eq!(admitted, ANNOUNCE_BURST as usize);
+        assert!(h.admit_announcement(b, t0), "another source has its own bucket");
+        let t1 = t0 + Duration::from_secs(1);
+        let admitted = (0..1000).filter(|_| h.admit_announcement(a, t1)).count();
+        assert_eq!(admitted, ANNOUNCE_RATE as usize);
+    }
+
+    #[test]
+    fn buckets_are_bounded() {
+        let mut h = Hygiene::default();
+        let t0 = Instant::now();
+        for _ in 0..MAX_BUCKETS + 50 {
+            assert!(h.admit_announcement(PeerId::random(), t0));
+        }
+        assert!(h.buckets.len() <= MAX_BUCKETS);
+    }
+}
