@@ -18,7 +18,7 @@ pub mod anchors;
 pub mod ledger;
 mod setup;
 pub mod status;
-mod wire;
+pub mod wire;
 pub mod worker;
 
 pub use setup::{initial_anchors, proto_peer};

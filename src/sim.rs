@@ -2,11 +2,13 @@
 //! (DESIGN.md §3.5, STYLE.md habit 6).
 //!
 //! N peers with seeded speeds, clock skews, latency, upload bandwidth, loss, partitions,
-//! crashes and restarts, each running an unmodified [`Protocol`]; training is a noisy
-//! quadratic ([`trainer`]). Everything random comes from one seed, events at equal times
-//! run in insertion order, and nothing reads a clock, so a run replays exactly from its
-//! seed: tests take it from the `SEED` environment variable ([`seed_from_env`]).
+//! crashes and restarts, each running an unmodified [`Protocol`] (some of them hostile,
+//! [`byzantine`]); training is a noisy quadratic ([`trainer`]). Everything random comes
+//! from one seed, events at equal times run in insertion order, and nothing reads a clock,
+//! so a run replays exactly from its seed: tests take it from the `SEED` environment
+//! variable ([`seed_from_env`]).
 
+pub mod byzantine;
 pub mod net;
 pub mod observe;
 pub mod queue;
@@ -15,6 +17,7 @@ pub mod trainer;
 use crate::delta::ContentHash;
 use crate::fragment::{FragmentPlan, TensorSpec};
 use crate::proto::{self, Event, FragmentState, PeerId, Protocol, RawSettings, Settings};
+use byzantine::{Attack, Hostiles};
 use net::{Net, NetConfig};
 use observe::{Bytes, Lineages, Stats};
 use queue::Queue;
@@ -50,6 +53,8 @@ pub struct SimConfig {
     pub batch_tokens: u64,
     /// Record every lineage's merged set (memory grows with peers × rounds × set size).
     pub track_lineage: bool,
+    /// Hostile peers and their attacks ([`byzantine`]); empty: an honest swarm.
+    pub hostile: Vec<(usize, Attack)>,
 }
 
 impl SimConfig {
@@ -92,6 +97,7 @@ impl SimConfig {
             heterogeneity: 0.2,
             batch_tokens: 1024,
             track_lineage: true,
+            hostile: Vec::new(),
         }
     }
 }
@@ -134,6 +140,7 @@ pub struct Sim {
     pub stats: Stats,
     pub bytes: Vec<Bytes>,
     pub lineages: Option<Lineages>,
+    byz: Hostiles,
 }
 
 impl std::fmt::Debug for Sim {
@@ -180,7 +187,9 @@ impl Sim {
                 .unwrap_or_default();
             Lineages::new(cfg.peers, &hashes)
         });
+        let byz = Hostiles::new(cfg.peers, plan.len(), &cfg.hostile, cfg.seed);
         let mut sim = Self {
+            byz,
             net: Net::new(cfg.net.clone(), cfg.peers),
             bytes: vec![Bytes::default(); cfg.peers],
             cfg,

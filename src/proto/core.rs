@@ -458,8 +458,14 @@ impl Protocol {
         // One contribution per author per fragment round: the first announced wins.
         if lane.claims.get(&(from, c.round)).is_some_and(|h| *h != c.hash) {
             self.metrics.rejected += 1;
+            // Which of the two came first differs from peer to peer; dropping every delta
+            // of the author for that round gives all peers that saw both the same set.
+            self.lanes[p].drop_equivocator(from, c.round);
             let detail = format!("second delta for round {}", c.round);
             return misbehaved(out, from, Offence::Equivocation, detail);
+        }
+        if lane.equivocated(from, c.round) {
+            return;
         }
         let claim = Claim { author: from, round: c.round, tokens: c.tokens, steps: c.steps };
         if let Some(f) = self.in_flight.get_mut(&c.hash) {
@@ -644,7 +650,10 @@ impl Protocol {
         }
         let lane = &mut self.lanes[p];
         let current = self.schedule.current_round(p, now);
-        if w.stale(d.meta.round, current) || lane.state.has_merged(hash.short()) {
+        if w.stale(d.meta.round, current)
+            || lane.state.has_merged(hash.short())
+            || lane.equivocated(header.author, header.round)
+        {
             return;
         }
         self.grace.t_sync.update(now.saturating_sub(f.announced_at) as f64);

@@ -1,7 +1,7 @@
 //! One fragment's runtime: its replicated state, the contributions it holds, the open round
 //! and the votes. Everything here is per fragment, so fragments never wait on each other.
 
-use super::fasthash::FastMap;
+use super::fasthash::{FastMap, FastSet};
 use super::io::{ApplyAnchor, Contribution, MergeReport, Metrics, Output};
 use super::merge::{self, Input};
 use super::reconcile::Votes;
@@ -10,6 +10,9 @@ use super::{Millis, PeerId, Settings};
 use crate::delta::{self, ContentHash, ErrorFeedback, Limits};
 use crate::fragment::FragmentSpec;
 use std::sync::Arc;
+
+/// Most (author, round) pairs remembered as equivocating, per fragment.
+const MAX_EQUIVOCATORS: usize = 4096;
 
 /// A contribution this peer holds: pending, or merged recently (kept so that it can be
 /// served, and re-queued if an adopted state turns out not to contain it).
@@ -60,6 +63,9 @@ pub(crate) struct Lane {
     /// The delta each author announced for a round (first one wins): one contribution per
     /// author per fragment round, and a second, different one is equivocation.
     pub claims: FastMap<(PeerId, u64), ContentHash>,
+    /// Authors that announced two different deltas for a round: none of theirs for that
+    /// round is merged (bounded like `claims`, pruned with it).
+    pub equivocators: FastSet<(PeerId, u64)>,
     pub open: Option<OpenRound>,
     /// State payload being fetched (at most one at a time per fragment).
     pub state_fetch: Option<ContentHash>,
@@ -122,11 +128,33 @@ impl Lane {
             held: FastMap::default(),
             held_bytes: 0,
             claims: FastMap::default(),
+            equivocators: FastSet::default(),
             open: None,
             state_fetch: None,
             last_snapshot_at: None,
             closed_round: 0,
         }
+    }
+
+    /// Whether `author` announced two different deltas for `round`.
+    pub fn equivocated(&self, author: PeerId, round: u64) -> bool {
+        self.equivocators.contains(&(author, round))
+    }
+
+    /// Refuses every delta of `author` for `round`, also those already held but not merged.
+    pub fn drop_equivocator(&mut self, author: PeerId, round: u64) {
+        if self.equivocators.len() < MAX_EQUIVOCATORS {
+            self.equivocators.insert((author, round));
+        }
+        let mut freed = 0;
+        self.held.retain(|_, h| {
+            let keep = h.origin != author || h.round != round || h.merged_at.is_some();
+            if !keep {
+                freed += h.bytes.len() as u64;
+            }
+            keep
+        });
+        self.held_bytes -= freed;
     }
 
     /// Whether `h` should count towards the open round's quorum.
@@ -310,6 +338,7 @@ impl Lane {
         });
         self.held_bytes -= freed;
         self.claims.retain(|(_, r), _| !w.stale(*r, round));
+        self.equivocators.retain(|(_, r)| !w.stale(*r, round));
         self.votes.prune(round.saturating_sub(w.log_rounds()));
     }
 

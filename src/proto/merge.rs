@@ -35,7 +35,7 @@ pub struct Bounds {
 
 impl Default for Bounds {
     fn default() -> Self {
-        Self { clip: 2.0, max_share: 4.0, trim: 0.2 }
+        Self { clip: 2.0, max_share: 2.0, trim: 0.2 }
     }
 }
 
@@ -87,14 +87,25 @@ pub fn author_weights(inputs: &[Input<'_>], max_share: f64) -> Vec<f64> {
     w
 }
 
-/// Per-tensor clip factors: contribution `i`'s values in a tensor are scaled by
-/// `min(1, clip × median / norm_i)`, the median taken over the round's own contributions.
-/// Deterministic (same set ⇒ same factors on every peer) and with no cold start, unlike a
+/// Per-tensor clipping against the round's own median norm `m` (lower median): returns,
+/// per contribution, the factor `min(1, clip·m / norm)` that scales its values, and its norm
+/// clamped into `[m / clip, clip·m]` (what RDA's radius averages: a zero or tiny delta
+/// claiming a large weight cannot shrink the step below `1/clip` of the median either).
+/// Deterministic (same set ⇒ same numbers on every peer) and with no cold start, unlike a
 /// norm history kept by each peer.
-fn clip_factors(inputs: &[Input<'_>], range: std::ops::Range<usize>, clip: f64) -> Vec<f64> {
+fn clip_factors(
+    inputs: &[Input<'_>],
+    range: std::ops::Range<usize>,
+    clip: f64,
+) -> (Vec<f64>, Vec<f64>) {
     let norms: Vec<f64> = inputs.iter().map(|i| norm(&i.values[range.clone()])).collect();
-    let limit = clip * lower_median(norms.clone());
-    norms.iter().map(|&n| if n > limit { limit / n } else { 1.0 }).collect()
+    let median = lower_median(norms.clone());
+    // `clip` may be infinite (no clipping): ∞·0 is NaN, which must mean "no bound".
+    let hi = if median > 0.0 { clip * median } else { f64::INFINITY };
+    let lo = (median / clip).min(hi);
+    let factors = norms.iter().map(|&n| if n > hi { hi / n } else { 1.0 }).collect();
+    let clamped = norms.iter().map(|&n| n.max(lo).min(hi)).collect();
+    (factors, clamped)
 }
 
 fn norm(x: &[f32]) -> f64 {
@@ -117,14 +128,14 @@ pub fn combine(
     let total: f64 = w.iter().sum();
     let mut out = vec![0f32; numel];
     for (tensor, range) in spec.ranges() {
-        let clip = clip_factors(inputs, range.clone(), bounds.clip);
+        let (clip, norms) = clip_factors(inputs, range.clone(), bounds.clip);
         let merged = match rule {
             MergeRule::TrimmedMean => trimmed_mean(inputs, &clip, bounds.trim, range.clone()),
             MergeRule::Mean => weighted_mean(inputs, &w, &clip, total, range.clone()),
             MergeRule::Rda if tensor.is_embedding => {
                 weighted_mean(inputs, &w, &clip, total, range.clone())
             }
-            MergeRule::Rda => rda(inputs, &w, &clip, total, range.clone()),
+            MergeRule::Rda => rda(inputs, &w, &norms, total, range.clone()),
         };
         out[range].copy_from_slice(&merged);
     }
@@ -172,23 +183,23 @@ fn trimmed_mean(
         .collect()
 }
 
-/// Radial-directional averaging: the weighted mean of the (clipped) norms times the
+/// Radial-directional averaging: the weighted mean of the (clamped) norms times the
 /// direction of the weighted mean of the unit vectors. Nearly orthogonal deltas keep their
 /// typical length instead of shrinking like `1/√M`, so the outer learning rate does not
 /// depend on `M`.
 fn rda(
     inputs: &[Input<'_>],
     w: &[f64],
-    clip: &[f64],
+    clamped: &[f64],
     total: f64,
     range: std::ops::Range<usize>,
 ) -> Vec<f32> {
     let mut dir = vec![0f64; range.len()];
     let mut norm_acc = 0f64;
-    for ((inp, &wi), &c) in inputs.iter().zip(w).zip(clip) {
+    for ((inp, &wi), &clamped_norm) in inputs.iter().zip(w).zip(clamped) {
         let x = &inp.values[range.clone()];
         let n = norm(x);
-        norm_acc += wi * c * n;
+        norm_acc += wi * clamped_norm;
         if n > 0.0 {
             let k = wi / n;
             for (d, &v) in dir.iter_mut().zip(x) {

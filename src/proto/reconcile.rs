@@ -217,7 +217,7 @@ mod tests {
         // rounds of newer verified work (not of the clock).
         v.prune(0);
         assert_eq!(v.max_round(), 9);
-        v.credit(PeerId(101), 13);
+        v.credit(PeerId(200), 13);
         v.prune(0);
         assert_eq!(v.max_round(), 5);
     }

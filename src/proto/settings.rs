@@ -79,13 +79,13 @@ pub struct RawSettings {
     /// the round's own contributions. Default 2.
     pub clip_factor: f64,
     /// No author's weight in a merge may exceed `max_author_share ×` the median author's.
-    /// Default 4: a peer four times faster than the median keeps its whole weight.
+    /// Default 2: a peer twice as fast as the median keeps its whole weight.
     pub max_author_share: f64,
     /// Fraction trimmed at each end per coordinate by the `trimmed_mean` rule. Default 0.2.
     pub trim: f64,
     /// Steps a contribution may claim in its weight, as a multiple of `h`: claims above
     /// `step_slack × h` weigh as if they held that many (a peer back from a stall keeps its
-    /// work, an inflated claim buys nothing). Default 8.
+    /// work, an inflated claim buys nothing). Default 4.
     pub step_slack: u64,
 }
 
@@ -115,9 +115,9 @@ impl Default for RawSettings {
             max_held_bytes: 512 << 20,
             max_payload_bytes: 256 << 20,
             clip_factor: 2.0,
-            max_author_share: 4.0,
+            max_author_share: 2.0,
             trim: 0.2,
-            step_slack: 8,
+            step_slack: 4,
         }
     }
 }

@@ -53,7 +53,7 @@ impl Sim {
     ) {
         let Some(p) = self.slots[server].proto.as_ref() else { return };
         let from = PeerId(server as u64);
-        let reply = match p.serve(&hash) {
+        let reply = match self.byz.serve(server, &hash).or_else(|| p.serve(&hash)) {
             Some(bytes) if bytes.len() as u64 <= max_len => {
                 let len = bytes.len();
                 let at = self.net.bulk(&mut self.rng, server, requester, arrive, len);
@@ -94,13 +94,13 @@ impl Sim {
     fn output(&mut self, i: usize, o: Output) {
         let inc = self.slots[i].inc;
         match o {
+            Output::Broadcast(msg) if self.byz.is_hostile(i) => self.hostile_broadcast(i, msg),
             Output::Broadcast(msg) => self.broadcast(i, msg),
             Output::Fetch { from, hash, max_len, .. } => {
                 // The server answers when the request arrives; payloads are immutable by
                 // hash, so the answer is computed now and only its timing is simulated
                 // (one queue event per fetch instead of two).
-                let server = from.0 as usize;
-                if server < self.slots.len() {
+                if let Some(server) = super::byzantine::server_of(from, self.slots.len()) {
                     if let Some(at) = self.net.small(&mut self.rng, i, server, self.now) {
                         self.serve(server, i, inc, hash, max_len, at);
                     }
@@ -137,19 +137,29 @@ impl Sim {
                     l.adopted(i, fragment, hash, &mut self.stats);
                 }
             }
-            Output::Misbehaved { .. } => self.stats.misbehaved += 1,
+            Output::Misbehaved { offence, .. } => {
+                self.stats.misbehaved += 1;
+                if !self.byz.is_hostile(i) {
+                    *self.stats.offences.entry(offence).or_default() += 1;
+                }
+            }
         }
     }
 
     fn broadcast(&mut self, i: usize, msg: crate::proto::Message) {
-        let len = gossip_len(&msg);
-        self.bytes[i].gossip_sent += len;
         if let (Some(l), crate::proto::Message::Contribution(c)) = (self.lineages.as_mut(), &msg) {
             if c.origin == PeerId(i as u64) {
                 l.published.insert(c.hash, (i, c.fragment as usize, c.round));
             }
         }
-        let from = PeerId(i as u64);
+        self.gossip_from(i, PeerId(i as u64), msg.clone());
+        self.observe_honest(i, &msg);
+    }
+
+    /// Gossips `msg` from peer `i`'s uplink, signed as `from` (itself, or a Sybil of it).
+    pub(super) fn gossip_from(&mut self, i: usize, from: PeerId, msg: crate::proto::Message) {
+        let len = gossip_len(&msg);
+        self.bytes[i].gossip_sent += len;
         for j in 0..self.slots.len() {
             if j == i || self.slots[j].proto.is_none() {
                 continue;

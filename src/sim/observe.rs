@@ -3,8 +3,8 @@
 //! of the protocol's own (bounded) log.
 
 use crate::delta::ContentHash;
-use crate::proto::MergeReport;
-use std::collections::{HashMap, HashSet};
+use crate::proto::{MergeReport, Offence};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 /// Bytes one peer moved.
@@ -25,6 +25,8 @@ pub struct Stats {
     pub skipped: u64,
     pub adoptions: u64,
     pub misbehaved: u64,
+    /// Offences reported by honest peers, by kind.
+    pub offences: BTreeMap<Offence, u64>,
     /// Longest wait from holding the quorum to merging (must stay within the grace cap).
     pub max_waited_ms: u64,
     /// Sum and count of grace windows in force, for the mean.

@@ -196,7 +196,7 @@ fn one_author_one_contribution_per_round() {
         let (c, bytes) = delta_by(66, 1, 0.01 * i as f32 + 0.02);
         out.extend(deliver(&mut p, 66, &c, bytes, t + 5));
     }
-    assert_eq!(p.pending(), 2, "own delta and the attacker's first");
+    assert_eq!(p.pending(), 1, "only the own delta: an equivocator loses the round");
     assert_eq!(offences(&out).len(), 49);
     assert!(offences(&out).iter().all(|o| *o == Offence::Equivocation));
 }

@@ -1,0 +1,241 @@
+//! One hostile peer against a 3-peer swarm of real processes on loopback (issue "Hostile
+//! peers"). The attacker is a real libp2p node in this test process that read the source:
+//! it fetches honest deltas and re-announces them scaled by −10 with inflated and with
+//! honest claims, equivocates, claims others' deltas, forges authors, announces fake and
+//! far-future payloads, votes for states that do not exist and asks for the same chunk
+//! again and again. The honest peers must finish (exit 0) with identical anchors, a final
+//! `val_bpb` within 2% of an unattacked run of the same config, every attack counted, the
+//! attacker banned, and bounded memory.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use atoll::delta::{self, Codec, ContentHash, DeltaMeta, EncodeOptions, Limits};
+use atoll::fragment::{FragmentSpec, TensorSpec};
+use atoll::node::{proto_peer, wire};
+use atoll::proto::{ContributionAnnounce, Message, PeerId, StateAnnounce};
+use atoll_net::blob::wire::BlobRequest;
+use atoll_net::{BlobHash, Multiaddr, NetClient, NetConfig, NetEvent, Node};
+use common::Peer;
+
+const STEPS: u64 = 300;
+/// Peak resident memory allowed to an honest tiny-model peer under attack.
+const MAX_RSS_KIB: u64 = 1 << 20;
+
+/// What one swarm run ended with.
+struct Outcome {
+    val_bpb: Vec<f64>,
+    rejected: BTreeMap<String, u64>,
+    banned: Vec<usize>,
+    peak_rss_kib: u64,
+}
+
+#[test]
+fn one_hostile_peer_cannot_crash_steer_or_take_over_a_swarm() {
+    let _serial = common::serial();
+    let tmp = common::test_dir("hostile-");
+    let clean = run(&tmp.path().join("clean"), false);
+    let attacked = run(&tmp.path().join("attacked"), true);
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let (c, a) = (mean(&clean.val_bpb), mean(&attacked.val_bpb));
+    eprintln!(
+        "val_bpb clean {:?} attacked {:?}; rejected {:?}; banned by {:?}; peak RSS {} KiB",
+        clean.val_bpb, attacked.val_bpb, attacked.rejected, attacked.banned, attacked.peak_rss_kib
+    );
+    assert!((a - c).abs() / c < 0.02, "attacked {a:.3} vs clean {c:.3}");
+    for offence in ["inflated_claim", "equivocation", "claim_mismatch", "forged_author"] {
+        assert!(attacked.rejected.get(offence).copied().unwrap_or(0) > 0, "{offence} not seen");
+    }
+    assert_eq!(attacked.banned.len(), 3, "every honest peer bans the attacker");
+    assert!(attacked.peak_rss_kib < MAX_RSS_KIB, "peak RSS {} KiB", attacked.peak_rss_kib);
+}
+
+/// A 3-peer swarm to the end, with or without the attacker.
+fn run(root: &Path, attack: bool) -> Outcome {
+    std::fs::create_dir_all(root).unwrap();
+    let mut peers = common::swarm(root, "hostile", &[STEPS; 3]);
+    let addrs: Vec<Multiaddr> =
+        peers.iter_mut().map(|p| p.listen_addr(Duration::from_secs(30)).parse().unwrap()).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let attacker = attack.then(|| {
+        let (stop, run_id) = (stop.clone(), run_id(root));
+        let key_path = root.join("attacker_key");
+        std::thread::spawn(move || attacker(addrs, run_id, key_path, stop))
+    });
+    let mut peak_rss_kib = 0;
+    common::wait_for("the swarm to finish training", Duration::from_secs(240), &mut peers, |ps| {
+        peak_rss_kib = peak_rss_kib.max(ps.iter().map(peak_rss).max().unwrap_or(0));
+        ps.iter().all(|p| p.training().is_some_and(|t| t.trained))
+    });
+    stop.store(true, Ordering::Relaxed);
+    let attacker_id = attacker.map(|a| a.join().unwrap());
+    common::wait_all_exit(&mut peers, Duration::from_secs(180));
+    common::assert_same_final_anchors(&peers);
+    let mut rejected = BTreeMap::new();
+    let mut banned = Vec::new();
+    let mut val_bpb = Vec::new();
+    for (i, p) in peers.iter().enumerate() {
+        let t = p.training().unwrap();
+        val_bpb.push(t.final_val_bpb.unwrap());
+        for (k, v) in t.rejected {
+            *rejected.entry(k).or_insert(0) += v;
+        }
+        let bans = std::fs::read_to_string(p.spec.dir.join("banned_peers")).unwrap_or_default();
+        if attacker_id.as_ref().is_some_and(|id| bans.lines().any(|l| l.trim() == id)) {
+            banned.push(i);
+        }
+    }
+    Outcome { val_bpb, rejected, banned, peak_rss_kib }
+}
+
+fn run_id(root: &Path) -> [u8; 32] {
+    atoll::manifest::Manifest::load(&root.join("manifest-in.json")).unwrap().run_id().0
+}
+
+/// Peak resident set of a live peer process, in KiB (0 once it exited).
+fn peak_rss(p: &Peer) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", p.pid())).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Runs the attacker until `stop`; returns its libp2p peer id.
+fn attacker(
+    addrs: Vec<Multiaddr>,
+    run_id: [u8; 32],
+    key: std::path::PathBuf,
+    stop: Arc<AtomicBool>,
+) -> String {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build();
+    rt.unwrap().block_on(async move {
+        let keypair = atoll_net::identity::load_or_create(&key).unwrap();
+        let mut cfg = NetConfig::new(keypair, "hostile");
+        cfg.listen = vec![common::LOOPBACK_TCP.parse().unwrap()];
+        cfg.bootstrap = addrs;
+        let mut node = Node::start(cfg).await.unwrap();
+        let me = node.client.peer_id();
+        let mut a = Attack { client: node.client.clone(), run_id, me: proto_peer(&me), done: 0 };
+        while !stop.load(Ordering::Relaxed) {
+            let ev = tokio::time::timeout(Duration::from_millis(200), node.events.recv()).await;
+            let Ok(Some(NetEvent::Announcement { author: Some(author), payload, .. })) = ev else {
+                continue;
+            };
+            match wire::decode(&payload) {
+                Ok((_, Message::Contribution(c))) if c.origin != a.me => {
+                    a.on_delta(author, c).await
+                }
+                Ok((_, Message::State(s))) => a.on_state(author, s).await,
+                _ => {}
+            }
+        }
+        node.handle.shutdown().await.unwrap();
+        me.to_string()
+    })
+}
+
+struct Attack {
+    client: NetClient,
+    run_id: [u8; 32],
+    me: PeerId,
+    /// Honest deltas attacked so far (each round gets another variant).
+    done: u64,
+}
+
+impl Attack {
+    async fn publish(&self, msg: Message) {
+        let _ = self.client.publish(wire::encode(&self.run_id, &msg)).await;
+    }
+
+    /// Stores `values` as a delta of ours and announces it with the given claims.
+    async fn announce(
+        &self,
+        c: &ContributionAnnounce,
+        values: &[f32],
+        tokens: u64,
+        steps: u64,
+        codec: Codec,
+    ) {
+        let meta =
+            DeltaMeta { author: self.me.0, fragment: c.fragment, round: c.round, tokens, steps };
+        let opts = EncodeOptions { codec, ..EncodeOptions::default() };
+        let Ok(enc) = delta::encode(meta, values, None, &opts) else { return };
+        let _ = self.client.put_blob(bytes::Bytes::copy_from_slice(&enc.bytes));
+        let ours = ContributionAnnounce {
+            hash: enc.hash,
+            size: enc.bytes.len() as u64,
+            tokens,
+            steps,
+            origin: self.me,
+            ..c.clone()
+        };
+        self.publish(Message::Contribution(ours)).await;
+    }
+
+    /// Attacks 1, 2, 5, 6, 7, 13: variants of an honest delta it fetched.
+    async fn on_delta(&mut self, author: atoll_net::PeerId, c: ContributionAnnounce) {
+        let Ok(bytes) = self.client.fetch_blob(BlobHash(c.hash.0), &[author]).await else { return };
+        let Some(values) = decode_any(&bytes, c.fragment) else { return };
+        self.done += 1;
+        let poison: Vec<f32> = values.iter().map(|v| -10.0 * v).collect();
+        // 1 + 13: the −10× delta claiming 2⁴⁰ tokens in one step (refused before fetching),
+        // then with honest claims (accepted, clipped to 2× the round's median norm).
+        self.announce(&c, &poison, 1 << 40, 1, Codec::Q4).await;
+        if self.done % 2 == 0 {
+            self.announce(&c, &poison, c.tokens, c.steps, Codec::Q4).await;
+        } else {
+            // 2: finite values near f32::MAX.
+            let huge: Vec<f32> =
+                values.iter().map(|v| if *v >= 0.0 { 3e38 } else { -3e38 }).collect();
+            self.announce(&c, &huge, c.tokens, c.steps, Codec::Q8).await;
+        }
+        // 7: a second delta for the same round (equivocation).
+        let flipped: Vec<f32> = values.iter().map(|v| -v).collect();
+        self.announce(&c, &flipped, c.tokens, c.steps, Codec::Q4).await;
+        // 12/13: the honest delta claimed as ours, and announced in its author's name.
+        let stolen = ContributionAnnounce { origin: self.me, ..c.clone() };
+        self.publish(Message::Contribution(stolen)).await;
+        self.publish(Message::Contribution(c.clone())).await;
+        // 5 + 6: fake hashes and far-future rounds.
+        for i in 0..4u64 {
+            let fake = ContributionAnnounce {
+                hash: ContentHash::of(&(self.done * 16 + i).to_le_bytes()),
+                round: if i % 2 == 0 { u64::MAX } else { c.round },
+                origin: self.me,
+                ..c.clone()
+            };
+            self.publish(Message::Contribution(fake)).await;
+        }
+    }
+
+    /// Attacks 8, 9 and 14: votes for states that do not exist, and the same chunk of an
+    /// honest state asked for again and again.
+    async fn on_state(&mut self, author: atoll_net::PeerId, s: StateAnnounce) {
+        for round in [s.round + 1, u64::MAX] {
+            let fake =
+                StateAnnounce { round, hash: ContentHash::of(&round.to_le_bytes()), ..s.clone() };
+            self.publish(Message::State(fake)).await;
+        }
+        for _ in 0..20 {
+            let req = BlobRequest::Chunk { hash: BlobHash(s.hash.0), index: 0 };
+            let _ = self.client.request_blob(author, req).await;
+        }
+    }
+}
+
+/// Decodes a delta of `fragment` whatever its size (the attacker only needs its values).
+fn decode_any(bytes: &[u8], fragment: u32) -> Option<Vec<f32>> {
+    let numel = u32::from_le_bytes(bytes.get(36..40)?.try_into().ok()?) as usize;
+    let spec = FragmentSpec {
+        id: fragment as usize,
+        tensors: vec![TensorSpec { name: "all".into(), shape: vec![numel], is_embedding: false }],
+    };
+    delta::decode(bytes, &spec, &Limits::default()).ok().map(|d| d.values)
+}
