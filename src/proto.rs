@@ -67,6 +67,8 @@
 mod catchup;
 mod core;
 mod fasthash;
+mod fetch;
+mod intake;
 mod io;
 mod lane;
 pub mod merge;

@@ -1,0 +1,118 @@
+//! Fetches of announced payloads: one table of what is in flight, retries from the next
+//! source, one sweep timer for all deadlines, and verification on arrival.
+
+use super::core::{misbehaved, InFlight, Kind, Protocol};
+use super::io::{Offence, Output, Timer};
+use super::schedule::Millis;
+use super::PeerId;
+use crate::delta::ContentHash;
+use std::sync::Arc;
+
+/// Most rejected hashes remembered (so a bad payload is not fetched again and again).
+const MAX_REJECTED: usize = 4096;
+
+impl Protocol {
+    /// (Re)issues the fetch of `hash` from its next source, or gives up.
+    pub(super) fn retry(&mut self, hash: ContentHash, now: Millis, out: &mut Vec<Output>) {
+        let Some(f) = self.in_flight.get_mut(&hash) else { return };
+        if f.attempts >= self.settings.raw().fetch_attempts {
+            let f = self.end_fetch(&hash);
+            if let Some(InFlight { kind: Kind::State { .. }, fragment, .. }) = f {
+                self.lanes[fragment].state_fetch = None;
+                if self.unreachable.len() >= MAX_REJECTED {
+                    self.unreachable.clear();
+                }
+                self.unreachable.insert(hash, now.saturating_add(2 * self.settings.period_ms()));
+            }
+            self.metrics.fetch_failures += 1;
+            return;
+        }
+        let from = f.sources[f.attempts as usize % f.sources.len()];
+        let also = f.sources.iter().copied().filter(|&s| s != from).collect();
+        f.attempts += 1;
+        f.deadline = now.saturating_add(self.settings.raw().fetch_timeout_ms);
+        self.metrics.fetches += 1;
+        out.push(Output::Fetch { from, also, hash, max_len: f.max_len });
+        if self.sweep_at.is_none() {
+            self.arm_sweep(now, out);
+        }
+    }
+
+    /// Removes a fetch from the table, releasing the bytes it held in the budget.
+    fn end_fetch(&mut self, hash: &ContentHash) -> Option<InFlight> {
+        let f = self.in_flight.remove(hash)?;
+        if matches!(f.kind, Kind::Delta { .. }) {
+            self.in_flight_bytes = self.in_flight_bytes.saturating_sub(f.max_len);
+        }
+        Some(f)
+    }
+
+    /// One timer sweeps all fetch deadlines: a timer per fetch would be a million timer
+    /// events per round in a thousand-peer swarm, nearly all for fetches long answered.
+    fn arm_sweep(&mut self, now: Millis, out: &mut Vec<Output>) {
+        let at = now.saturating_add((self.settings.raw().fetch_timeout_ms / 4).max(1));
+        self.sweep_at = Some(at);
+        out.push(Output::SetTimer { at, timer: Timer::FetchSweep });
+    }
+
+    pub(super) fn sweep(&mut self, now: Millis, out: &mut Vec<Output>) {
+        if self.sweep_at.is_none_or(|at| at > now) {
+            return;
+        }
+        self.sweep_at = None;
+        let mut expired: Vec<ContentHash> =
+            self.in_flight.iter().filter(|(_, f)| f.deadline <= now).map(|(h, _)| *h).collect();
+        expired.sort_unstable();
+        for hash in expired {
+            self.retry(hash, now, out);
+        }
+        if !self.in_flight.is_empty() && self.sweep_at.is_none() {
+            self.arm_sweep(now, out);
+        }
+    }
+
+    pub(super) fn on_fetched(
+        &mut self,
+        from: PeerId,
+        hash: ContentHash,
+        bytes: Arc<[u8]>,
+        now: Millis,
+        out: &mut Vec<Output>,
+    ) {
+        if !self.in_flight.contains_key(&hash) {
+            return;
+        }
+        if ContentHash::of(&bytes) != hash {
+            let detail = "payload does not match its hash".to_string();
+            misbehaved(out, from, Offence::BadPayload, detail);
+            self.metrics.rejected += 1;
+            return self.retry(hash, now, out);
+        }
+        let Some(f) = self.end_fetch(&hash) else { return };
+        match f.kind {
+            Kind::Delta { .. } => self.accept_delta(from, hash, bytes, &f, now, out),
+            Kind::State { round } => self.accept_state(from, hash, &bytes, f.fragment, round, out),
+        }
+    }
+
+    pub(super) fn reject(
+        &mut self,
+        from: PeerId,
+        hash: ContentHash,
+        offence: Offence,
+        detail: String,
+        out: &mut Vec<Output>,
+    ) {
+        self.metrics.rejected += 1;
+        self.note_rejected(hash);
+        misbehaved(out, from, offence, detail);
+    }
+
+    /// Remembers a payload not to fetch again.
+    pub(super) fn note_rejected(&mut self, hash: ContentHash) {
+        if self.rejected.len() >= MAX_REJECTED {
+            self.rejected.clear();
+        }
+        self.rejected.insert(hash);
+    }
+}

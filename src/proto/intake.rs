@@ -1,0 +1,196 @@
+//! Intake of contributions: announcements checked against the manifest and their
+//! signer, fetched, and the payload's header checked against the signed claims
+//! (issue "Hostile peers": one author, one contribution per fragment round; claims bounded).
+
+use super::core::{misbehaved, Claim, InFlight, Kind, Protocol, MAX_IN_FLIGHT};
+use super::io::{Offence, Output};
+use super::lane::{Held, Window};
+use super::schedule::Millis;
+use super::{ContributionAnnounce, Message, PeerId};
+use crate::delta::{self, ContentHash, Decoded};
+use std::sync::Arc;
+
+impl Protocol {
+    pub(super) fn on_message(
+        &mut self,
+        from: PeerId,
+        msg: Message,
+        now: Millis,
+        out: &mut Vec<Output>,
+    ) {
+        let p = msg.fragment() as usize;
+        if p >= self.lanes.len() {
+            return misbehaved(out, from, Offence::UnknownFragment, format!("fragment {p}"));
+        }
+        match msg {
+            Message::State(s) => self.vote(from, p, s.round, s.hash, now, out),
+            Message::Contribution(c) => {
+                // The base state is a vote, but state announcements carry the same votes a
+                // moment later; it only matters when it shows we are behind (a restarted
+                // peer learns where the swarm is one announcement earlier). Skipping it
+                // otherwise halves the vote bookkeeping, which is per peer per round.
+                let lane = &self.lanes[p];
+                if c.base_round > lane.state.round.max(lane.closed_round).saturating_add(1) {
+                    self.vote(from, p, c.base_round, c.base, now, out);
+                }
+                self.on_announce(from, p, c, now, out);
+            }
+        }
+    }
+
+    /// Checks an announcement's claims against the manifest; `Err` names the offence.
+    fn check_claims(&self, from: PeerId, c: &ContributionAnnounce) -> Result<(), Misdeed> {
+        if c.origin != from {
+            let detail = format!("announced a delta as {:?}", c.origin);
+            return Err((Offence::ForgedAuthor, detail));
+        }
+        if c.size > self.limits.max_payload_bytes as u64 {
+            return Err((Offence::Oversized, format!("announced {} bytes", c.size)));
+        }
+        let most = c.steps.saturating_mul(self.settings.tokens_per_step());
+        if c.steps == 0 || c.tokens > most {
+            let detail = format!("{} tokens in {} steps", c.tokens, c.steps);
+            return Err((Offence::InflatedClaim, detail));
+        }
+        Ok(())
+    }
+
+    fn on_announce(
+        &mut self,
+        from: PeerId,
+        p: usize,
+        c: ContributionAnnounce,
+        now: Millis,
+        out: &mut Vec<Output>,
+    ) {
+        if let Err((offence, detail)) = self.check_claims(from, &c) {
+            self.metrics.rejected += 1;
+            return misbehaved(out, from, offence, detail);
+        }
+        let lane = &self.lanes[p];
+        // One contribution per author per fragment round: the first announced wins.
+        if lane.claims.get(&(from, c.round)).is_some_and(|h| *h != c.hash) {
+            self.metrics.rejected += 1;
+            // Which of the two came first differs from peer to peer; dropping every delta
+            // of the author for that round gives all peers that saw both the same set.
+            self.lanes[p].drop_equivocator(from, c.round);
+            let detail = format!("second delta for round {}", c.round);
+            return misbehaved(out, from, Offence::Equivocation, detail);
+        }
+        if lane.equivocated(from, c.round) {
+            return;
+        }
+        let claim = Claim { author: from, round: c.round, tokens: c.tokens, steps: c.steps };
+        if let Some(f) = self.in_flight.get_mut(&c.hash) {
+            // Someone else announced the same bytes as theirs: only one of the two can be
+            // the author the header names; the fetch result tells which.
+            if let Kind::Delta { claims } = &mut f.kind {
+                if claims.len() < 8 && !claims.contains(&claim) {
+                    claims.push(claim);
+                    f.sources.push(from);
+                    self.lanes[p].claims.insert((from, c.round), c.hash);
+                }
+            }
+            return;
+        }
+        let current = self.schedule.current_round(p, now);
+        let fresh = !Window::of(&self.settings).stale(c.round, current)
+            && c.round <= current.saturating_add(1);
+        if !fresh || lane.held.contains_key(&c.hash) || lane.state.has_merged(c.hash.short()) {
+            return;
+        }
+        if self.rejected.contains(&c.hash) {
+            return;
+        }
+        let r = self.settings.raw();
+        // Deltas being fetched count as announced: the budget holds before the bytes come.
+        let held_bytes: u64 =
+            self.lanes.iter().map(|l| l.held_bytes).sum::<u64>() + self.in_flight_bytes;
+        if self.in_flight.len() >= MAX_IN_FLIGHT
+            || lane.held.len() >= r.max_held
+            || lane.claims.len() >= r.max_held
+            || held_bytes.saturating_add(c.size) > r.max_held_bytes
+        {
+            self.metrics.refused_full += 1;
+            return;
+        }
+        self.lanes[p].claims.insert((from, c.round), c.hash);
+        let f = InFlight {
+            fragment: p,
+            kind: Kind::Delta { claims: vec![claim] },
+            sources: vec![from],
+            attempts: 0,
+            announced_at: now,
+            deadline: now,
+            max_len: c.size,
+        };
+        self.in_flight_bytes += c.size;
+        self.in_flight.insert(c.hash, f);
+        self.retry(c.hash, now, out);
+    }
+
+    pub(super) fn accept_delta(
+        &mut self,
+        from: PeerId,
+        hash: ContentHash,
+        bytes: Arc<[u8]>,
+        f: &InFlight,
+        now: Millis,
+        out: &mut Vec<Output>,
+    ) {
+        let p = f.fragment;
+        let w = Window::of(&self.settings);
+        let d = match delta::decode(&bytes, &self.lanes[p].spec, &self.limits) {
+            Ok(d) => d,
+            Err(e) => return self.reject(from, hash, Offence::BadPayload, e.to_string(), out),
+        };
+        let Kind::Delta { claims } = &f.kind else { return };
+        // The header names the author; only that author's own (signed) announcement
+        // credits it. Announcers whose claims the header contradicts lied.
+        let header = header_claim(&d);
+        for c in claims.iter().filter(|c| **c != header) {
+            self.metrics.rejected += 1;
+            let detail = format!("announced {c:?}, the payload says {header:?}");
+            misbehaved(out, c.author, Offence::ClaimMismatch, detail);
+        }
+        if !claims.contains(&header) {
+            // Not announced by its author (yet): wait for that announcement.
+            return;
+        }
+        let lane = &mut self.lanes[p];
+        let current = self.schedule.current_round(p, now);
+        if w.stale(d.meta.round, current)
+            || lane.state.has_merged(hash.short())
+            || lane.equivocated(header.author, header.round)
+        {
+            return;
+        }
+        self.grace.t_sync.update(now.saturating_sub(f.announced_at) as f64);
+        let held = Held {
+            origin: header.author,
+            round: header.round,
+            tokens: header.tokens,
+            steps: header.steps,
+            bytes,
+            merged_at: None,
+        };
+        // Verified work of this author: its state votes count from now on.
+        lane.votes.credit(header.author, header.round);
+        if lane.insert(hash, held, w) {
+            self.check_quorum(p, now, out);
+        }
+    }
+}
+
+/// What a decoded delta's header claims, in the form announcements are checked in.
+fn header_claim(d: &Decoded) -> Claim {
+    Claim {
+        author: PeerId(d.meta.author),
+        round: d.meta.round,
+        tokens: d.meta.tokens,
+        steps: d.meta.steps,
+    }
+}
+
+/// An offence and what exactly was wrong.
+type Misdeed = (Offence, String);
