@@ -295,3 +295,93 @@ fn extreme_numbers_panic_nothing() {
         RawSettings { grace_cap_ms: u64::MAX, max_wait_ms: Some(u64::MAX), ..Default::default() };
     assert!(Settings::new(raw).is_err());
 }
+
+mod generated {
+    //! Valid-looking messages and payloads with every field drawn from the whole range
+    //! (random bytes never get past the JSON parser or the magic bytes).
+    use super::*;
+    use proptest::prelude::*;
+
+    fn round() -> impl Strategy<Value = u64> {
+        prop_oneof![0u64..12, Just(u64::MAX), Just(u64::MAX / 2), any::<u64>()]
+    }
+
+    fn count() -> impl Strategy<Value = u64> {
+        prop_oneof![0u64..100, Just(u64::MAX), any::<u64>()]
+    }
+
+    /// One event: (kind, sender, fragment, round, tokens, steps, origin is sender, time step).
+    type Step = (u8, u64, u32, u64, u64, u64, bool, u64);
+
+    fn step() -> impl Strategy<Value = Step> {
+        (
+            0u8..4,
+            0u64..4,
+            0u32..3,
+            round(),
+            count(),
+            count(),
+            any::<bool>(),
+            prop_oneof![0u64..300, Just(u64::MAX / 4)],
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn well_formed_hostile_sequences_never_panic(steps in prop::collection::vec(step(), 1..60)) {
+            let mut p = peer(1, 0);
+            let mut now = 0u64;
+            p.start(0);
+            for (kind, from, fragment, round, tokens, steps_claim, own, dt) in steps {
+                now = now.saturating_add(dt);
+                let sender = PeerId(10 + from);
+                let origin = if own { sender } else { PeerId(1) };
+                let out = match kind {
+                    0 | 1 => {
+                        // A real payload whose header says what the generator says.
+                        let meta = DeltaMeta {
+                            author: origin.0,
+                            fragment: 0,
+                            round,
+                            tokens,
+                            steps: steps_claim.max(1),
+                        };
+                        let values = vec![if kind == 0 { 0.1 } else { 3e38 }; numel()];
+                        let (mut c, bytes) = encode_as(meta, &values, Codec::Q8);
+                        c.fragment = fragment;
+                        c.tokens = tokens;
+                        c.steps = steps_claim;
+                        deliver(&mut p, sender.0, &c, bytes, now)
+                    }
+                    2 => {
+                        let s = StateAnnounce {
+                            fragment,
+                            round,
+                            hash: ContentHash::of(&round.to_le_bytes()),
+                            size: tokens,
+                        };
+                        p.handle(Event::Message { from: sender, msg: Message::State(s) }, now)
+                    }
+                    _ => {
+                        let t = Timer::Open { fragment: (fragment % 2) as usize, round: round % 20 };
+                        let mut out = p.handle(Event::Timer(t), now);
+                        let t = Timer::Close { fragment: (fragment % 2) as usize, round: round % 20 };
+                        out.extend(p.handle(Event::Timer(t), now));
+                        out
+                    }
+                };
+                // Every fetch the core asks for is answered with garbage or a failure.
+                for o in out {
+                    if let Output::Fetch { from, hash, .. } = o {
+                        p.handle(Event::FetchFailed { from, hash }, now);
+                    }
+                }
+            }
+            for f in 0..2 {
+                prop_assert!(p.state(f).anchor.iter().all(|v| v.is_finite()));
+                prop_assert!(p.state(f).momentum.iter().all(|v| v.is_finite()));
+            }
+        }
+    }
+}
