@@ -27,8 +27,8 @@ pub const STRIKE_DECAY: Duration = Duration::from_secs(600);
 pub const MAX_STRIKES: usize = 4096;
 /// Most peers banned; beyond it a peer is not banned but still graylisted by its score.
 pub const MAX_BANS: usize = 4096;
-/// Largest ban file read (about 5000 peer ids).
-pub const MAX_FILE_BYTES: u64 = 256 * 1024;
+/// Largest ban file read (about 5000 peer ids): the same bound as the block list.
+pub use crate::fault::MAX_FILE_BYTES;
 
 /// A ban file that was read: the peers, and the lines that were skipped.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -67,15 +67,7 @@ pub fn parse(text: &str) -> Loaded {
 /// Reads a ban file; a missing file is an empty list, an unreadable or oversized one an
 /// error (the caller warns and starts without the bans).
 pub fn read(path: &Path) -> Result<Loaded, String> {
-    let len = match std::fs::metadata(path) {
-        Ok(m) => m.len(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Loaded::default()),
-        Err(e) => return Err(e.to_string()),
-    };
-    if len > MAX_FILE_BYTES {
-        return Err(format!("{len} bytes, more than the {MAX_FILE_BYTES} read"));
-    }
-    std::fs::read_to_string(path).map(|t| parse(&t)).map_err(|e| e.to_string())
+    Ok(crate::fault::read_small(path)?.map(|t| parse(&t)).unwrap_or_default())
 }
 
 /// Replaces the ban file atomically with `peers`, sorted (stable diffs for people).

@@ -44,17 +44,26 @@ pub fn parse(text: &str) -> Result<HashSet<PeerId>, String> {
 
 /// Reads a block-list file; a missing file is an empty list.
 pub fn read(path: &Path) -> Result<HashSet<PeerId>, String> {
+    match read_small(path)? {
+        Some(text) => parse(&text),
+        None => Ok(HashSet::new()),
+    }
+}
+
+/// Reads a small text file of peer ids (block list, ban file): `None` if it does not exist,
+/// an error if it is unreadable or larger than [`MAX_FILE_BYTES`].
+pub(crate) fn read_small(path: &Path) -> Result<Option<String>, String> {
     let len = match std::fs::metadata(path) {
         Ok(m) => m.len(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(HashSet::new()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e.to_string()),
     };
     if len > MAX_FILE_BYTES {
         return Err(format!("{len} bytes, more than the {MAX_FILE_BYTES} read"));
     }
     match std::fs::read_to_string(path) {
-        Ok(text) => parse(&text),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(HashSet::new()),
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e.to_string()),
     }
 }

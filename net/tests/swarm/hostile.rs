@@ -10,25 +10,9 @@ use libp2p::{gossipsub, noise, tcp, yamux, Swarm, SwarmBuilder};
 use tokio::io::AsyncWriteExt;
 
 use crate::support::{
-    next_event, seeded_bytes, start, start_from, stop_all, wait_until, Opts, DEADLINE,
+    bare_gossip_peer, next_event, seeded_bytes, start, start_from, stop_all, wait_until, Opts,
+    DEADLINE,
 };
-
-/// A bare gossipsub peer that sends whatever bytes it is told to, up to 256 KiB.
-fn hostile_swarm() -> anyhow::Result<Swarm<gossipsub::Behaviour>> {
-    Ok(SwarmBuilder::with_new_identity()
-        .with_tokio()
-        .with_tcp(tcp::Config::default(), noise::Config::new, yamux::Config::default)?
-        .with_behaviour(|key| {
-            let cfg = gossipsub::ConfigBuilder::default()
-                .max_transmit_size(256 * 1024)
-                .build()
-                .expect("valid gossipsub config");
-            gossipsub::Behaviour::new(gossipsub::MessageAuthenticity::Signed(key.clone()), cfg)
-                .expect("valid gossipsub behaviour")
-        })?
-        .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(60)))
-        .build())
-}
 
 /// Drives the swarm until `done` says so, or fails at the deadline.
 async fn drive_until(
@@ -65,7 +49,7 @@ async fn hostile_gossip_is_rejected_counted_and_not_forwarded() -> anyhow::Resul
     let node_id = node.client.peer_id();
     let mut joined = Vec::new();
     for _ in 0..2 {
-        let mut swarm = hostile_swarm()?;
+        let mut swarm = bare_gossip_peer()?;
         swarm.behaviour_mut().subscribe(&topic)?;
         swarm.dial(target.clone())?;
         drive_until(&mut swarm, |ev| {

@@ -7,9 +7,9 @@ use atoll_net::{NetConfig, NetEvent, Node, PeerId};
 use futures::StreamExt;
 use libp2p::multiaddr::Protocol;
 use libp2p::swarm::SwarmEvent;
-use libp2p::{gossipsub, noise, tcp, yamux, Swarm, SwarmBuilder};
+use libp2p::{gossipsub, Swarm};
 
-use crate::support::{next_event, stop_all, wait_until, DEADLINE};
+use crate::support::{bare_gossip_peer, next_event, stop_all, wait_until, DEADLINE};
 
 /// Starts a loopback node like `support::start`, with `tweak` applied to its config.
 pub async fn start_with(tweak: impl FnOnce(&mut NetConfig)) -> anyhow::Result<Node> {
@@ -23,19 +23,7 @@ pub async fn start_with(tweak: impl FnOnce(&mut NetConfig)) -> anyhow::Result<No
 
 /// A bare gossipsub peer on TCP (fresh identity) subscribed to the run's topic.
 fn gossip_peer() -> anyhow::Result<Swarm<gossipsub::Behaviour>> {
-    let mut swarm = SwarmBuilder::with_new_identity()
-        .with_tokio()
-        .with_tcp(tcp::Config::default(), noise::Config::new, yamux::Config::default)?
-        .with_behaviour(|key| {
-            let cfg = gossipsub::ConfigBuilder::default()
-                .max_transmit_size(256 * 1024)
-                .build()
-                .expect("valid gossipsub config");
-            gossipsub::Behaviour::new(gossipsub::MessageAuthenticity::Signed(key.clone()), cfg)
-                .expect("valid gossipsub behaviour")
-        })?
-        .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(60)))
-        .build();
+    let mut swarm = bare_gossip_peer()?;
     swarm.behaviour_mut().subscribe(&gossipsub::IdentTopic::new(topic_name("test-run")))?;
     Ok(swarm)
 }

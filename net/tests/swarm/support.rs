@@ -3,6 +3,8 @@
 use std::future::Future;
 use std::time::Duration;
 
+use libp2p::{gossipsub, noise, tcp, yamux, Swarm, SwarmBuilder};
+
 use atoll_net::{Multiaddr, NetConfig, NetEvent, Node, PeerId};
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -107,4 +109,21 @@ pub async fn stop_all(nodes: Vec<Node>) -> anyhow::Result<()> {
         n.handle.shutdown().await?;
     }
     Ok(())
+}
+
+/// A bare gossipsub peer that sends whatever bytes it is told to, up to 256 KiB.
+pub fn bare_gossip_peer() -> anyhow::Result<Swarm<gossipsub::Behaviour>> {
+    Ok(SwarmBuilder::with_new_identity()
+        .with_tokio()
+        .with_tcp(tcp::Config::default(), noise::Config::new, yamux::Config::default)?
+        .with_behaviour(|key| {
+            let cfg = gossipsub::ConfigBuilder::default()
+                .max_transmit_size(256 * 1024)
+                .build()
+                .expect("valid gossipsub config");
+            gossipsub::Behaviour::new(gossipsub::MessageAuthenticity::Signed(key.clone()), cfg)
+                .expect("valid gossipsub behaviour")
+        })?
+        .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(60)))
+        .build())
 }
