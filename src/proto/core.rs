@@ -395,7 +395,6 @@ impl Protocol {
         };
         let held =
             Held { origin: self.me, round, tokens, steps, bytes: enc.bytes, merged_at: None };
-        lane.votes.credit(self.me, round);
         lane.insert(enc.hash, held, Window::of(&self.settings));
         out.push(Output::Broadcast(Message::Contribution(announce)));
         self.check_quorum(p, now, out);
