@@ -22,6 +22,10 @@ use crate::iplimit::IpLimitExceeded;
 const SWARM_KEY_HINT: &str =
     " (private swarm: the peer may have another swarm key, or none; pnet cannot tell)";
 
+/// Added to transport failures when we have no swarm key: a private swarm looks like a
+/// peer that never completes the handshake.
+const NO_KEY_HINT: &str = " (if the peer's swarm is private, start with its --swarm-key)";
+
 impl EventLoop {
     pub(super) fn on_swarm_event(&mut self, event: SwarmEvent<BehaviourEvent>) {
         match event {
@@ -61,11 +65,13 @@ impl EventLoop {
             }
             SwarmEvent::OutgoingConnectionError { peer_id, error, .. } => {
                 let who = peer_id.map_or_else(|| "unknown peer".to_string(), |p| p.to_string());
-                if self.swarm_key
-                    && matches!(error, DialError::Transport(_))
+                // A transport failure is what a person needs to see (a bootstrap address that
+                // is wrong, unreachable, or a private swarm); once per peer per window.
+                if matches!(error, DialError::Transport(_))
                     && self.peers.may_log(who, "dial_failed")
                 {
-                    info!(peer = ?peer_id, error = %error, "dial failed{SWARM_KEY_HINT}");
+                    let hint = if self.swarm_key { SWARM_KEY_HINT } else { NO_KEY_HINT };
+                    info!(peer = ?peer_id, error = %error, "dial failed{hint}");
                 } else {
                     debug!(peer = ?peer_id, error = %error, "dial failed");
                 }
