@@ -46,6 +46,11 @@ pub struct Manifest {
     pub protocol: RawSettings,
     /// Unix time (ms) of the run's round 0; rounds are counted from it.
     pub epoch_unix_ms: u64,
+    /// A closed run: the libp2p peer ids allowed to take part (empty: anyone). Peers refuse
+    /// connections and messages from others, and a peer not on the list refuses to start.
+    /// Left out of the JSON when empty, so open runs keep their run ids.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<String>,
 }
 
 /// Protocol settings of the default run and of `atoll demo` (DESIGN.md §3.4: `P` 4,
@@ -77,6 +82,8 @@ pub enum ManifestError {
     Protocol(#[from] SettingsError),
     #[error("the corpus has blake3 {have} but the manifest wants {want}")]
     Corpus { have: String, want: String },
+    #[error("allow list entry {0:?} is not a libp2p peer id")]
+    Allow(String),
 }
 
 /// The run id: blake3 of the manifest's canonical JSON.
@@ -107,6 +114,7 @@ impl Manifest {
             data: DataSpec { corpus_blake3: corpus.hash().to_hex().to_string() },
             protocol,
             epoch_unix_ms: 0,
+            allow: Vec::new(),
         }
     }
 
@@ -122,8 +130,20 @@ impl Manifest {
             return Err(ManifestError::Name(self.name.clone()));
         }
         self.train.validate()?;
+        self.allowed()?;
         let tokens_per_step = self.train.tokens_per_step() as u64;
         Ok(Settings::new(self.protocol.clone())?.with_tokens_per_step(tokens_per_step))
+    }
+
+    /// The allow list as peer ids (`None`: an open run).
+    pub fn allowed(
+        &self,
+    ) -> Result<Option<std::collections::HashSet<atoll_net::PeerId>>, ManifestError> {
+        if self.allow.is_empty() {
+            return Ok(None);
+        }
+        let ids = self.allow.iter().map(|s| s.parse().map_err(|_| ManifestError::Allow(s.clone())));
+        Ok(Some(ids.collect::<Result<_, _>>()?))
     }
 
     /// Refuses a corpus other than the one the manifest names.

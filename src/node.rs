@@ -176,6 +176,7 @@ pub async fn run(
         ledger: ledger::Ledger::new(&opts.run_dir),
         started_unix_ms,
         reannounce_at: None,
+        allow: opts.net.allow.clone(),
         holding: late.then_some(clock + settings.period_ms() * 2 + QUIET_MARGIN_MS),
     };
     if late {
@@ -224,6 +225,8 @@ struct Loop {
     holding: Option<Millis>,
     /// When to announce our states again for peers that joined.
     reannounce_at: Option<Millis>,
+    /// The run's allow list (`None`: an open run).
+    allow: Option<HashSet<atoll_net::PeerId>>,
 }
 
 impl Loop {
@@ -427,6 +430,10 @@ impl Loop {
                     tracing::debug!(peer = %from, "unsigned announcement ignored");
                     return;
                 };
+                if self.allow.as_ref().is_some_and(|a| !a.contains(&sender)) {
+                    // atoll-net disconnects such peers; whatever slipped through is ignored.
+                    return;
+                }
                 match wire::decode(&payload) {
                     Ok((run, msg)) if run == self.run_id.0 => {
                         let id = proto_peer(&sender);

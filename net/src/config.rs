@@ -48,6 +48,9 @@ pub struct NetConfig {
     /// Fault injection (tests only): peers listed in this file are refused and
     /// disconnected; see [`crate::fault`]. `None` in normal runs.
     pub block_list: Option<PathBuf>,
+    /// A closed run: only these peers may stay connected (others are disconnected as soon
+    /// as their connection is established, and counted as `not_allowed`). `None`: anyone.
+    pub allow: Option<std::collections::HashSet<libp2p::PeerId>>,
     /// Peers banned for misbehaving are kept here (one peer id per line), loaded at start
     /// and rewritten on each ban; `None` keeps bans in memory for this process only.
     pub ban_file: Option<PathBuf>,
@@ -101,6 +104,7 @@ impl NetConfig {
             discovery_interval: DEFAULT_DISCOVERY_INTERVAL,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             block_list: None,
+            allow: None,
             ban_file: None,
             max_connections_per_ip: DEFAULT_MAX_CONNECTIONS_PER_IP,
             exempt_loopback: true,

@@ -89,6 +89,8 @@ pub enum RejectReason {
     /// Blob transfer hygiene: a blob request beyond the peer's fair share of our uploads
     /// (answered `Busy`).
     OverShare,
+    /// A peer not on the run's allow list (disconnected).
+    NotAllowed,
 }
 
 impl RejectReason {
@@ -109,6 +111,7 @@ impl RejectReason {
             RejectReason::IpLimit => "ip_limit",
             RejectReason::RepeatRequest => "repeat_request",
             RejectReason::OverShare => "over_share",
+            RejectReason::NotAllowed => "not_allowed",
         }
     }
 

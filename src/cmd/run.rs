@@ -167,9 +167,20 @@ fn resolve_manifest(args: &Args, corpus: &atoll::data::Corpus) -> anyhow::Result
 
 /// A training peer.
 async fn train(args: Args) -> anyhow::Result<()> {
-    let net = net_config(&args)?;
+    let mut net = net_config(&args)?;
     let corpus = super::train::load_corpus(args.data.as_deref())?;
     let manifest = resolve_manifest(&args, &corpus)?;
+    net.allow = manifest.allowed()?;
+    if let Some(allow) = &net.allow {
+        let me = atoll_net::PeerId::from(net.keypair.public());
+        if !allow.contains(&me) {
+            bail!(
+                "this peer ({me}) is not on the run's allow list ({} peers): ask the run's \
+                 owner to add it to the manifest's \"allow\", or use another --key-file",
+                allow.len()
+            );
+        }
+    }
     let shard = match args.shard {
         Some(s) => s,
         None => {

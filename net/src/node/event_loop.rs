@@ -71,6 +71,8 @@ pub(crate) struct EventLoop {
     pub(super) hygiene: Hygiene,
     /// A private swarm (TCP only).
     pub(super) swarm_key: bool,
+    /// The run's allow list (`None`: an open run).
+    pub(super) allow: Option<std::collections::HashSet<PeerId>>,
     /// Dials started to providers of the run key.
     pub(super) provider_dials: u64,
     /// Providers waiting for a (bounded) dial.
@@ -116,6 +118,7 @@ impl EventLoop {
             block_list: cfg.block_list.clone().map(BlockList::new),
             hygiene: Hygiene::new(cfg.ban_file.clone()),
             swarm_key: cfg.swarm_key.is_some(),
+            allow: cfg.allow.clone(),
             provider_dials: 0,
             dials: DialQueue::default(),
             on_loopback: cfg.listen.iter().any(super::addr_is_loopback),

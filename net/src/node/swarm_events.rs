@@ -30,6 +30,13 @@ impl EventLoop {
     pub(super) fn on_swarm_event(&mut self, event: SwarmEvent<BehaviourEvent>) {
         match event {
             SwarmEvent::Behaviour(ev) => self.on_behaviour_event(ev),
+            SwarmEvent::ConnectionEstablished { peer_id, .. }
+                if self.allow.as_ref().is_some_and(|a| !a.contains(&peer_id)) =>
+            {
+                let _ = self.swarm.disconnect_peer_id(peer_id);
+                let why = "not on the run's allow list: disconnected";
+                self.peers.reject(peer_id.to_string(), RejectReason::NotAllowed, why);
+            }
             SwarmEvent::ConnectionEstablished { peer_id, num_established, .. }
                 if num_established.get() == 1 =>
             {
