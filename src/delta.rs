@@ -243,6 +243,12 @@ pub fn encode(
     };
     let values =
         body_values(opts.codec, &raw, delta.len(), block).map_err(|_| EncodeError::NonFinite(0))?;
+    // A block whose absmax is near f32::MAX can dequantise to ±inf (code × scale rounds
+    // up): refuse it here, before the residual is touched, rather than publish a payload
+    // every receiver refuses.
+    if let Some(i) = values.iter().position(|v| !v.is_finite()) {
+        return Err(EncodeError::NonFinite(i));
+    }
     if let Some(fb) = feedback {
         fb.residual.iter_mut().zip(x.iter().zip(&values)).for_each(|(r, (a, b))| *r = a - b);
     }

@@ -87,11 +87,17 @@ impl FragmentState {
         ids.dedup();
         self.index.extend(ids.iter().copied());
         self.log.push_back((round, ids));
+        let mut forgotten = Vec::new();
         while self.log.front().is_some_and(|(r, _)| r.saturating_add(keep) < round) {
             if let Some((_, old)) = self.log.pop_front() {
-                old.iter().for_each(|id| {
-                    self.index.remove(id);
-                });
+                forgotten.extend(old);
+            }
+        }
+        // An id may be listed in a newer round too (an adopted log from a peer can hold
+        // it twice): it stays merged while any kept round lists it.
+        for id in forgotten {
+            if !self.log.iter().any(|(_, ids)| ids.binary_search(&id).is_ok()) {
+                self.index.remove(&id);
             }
         }
     }
@@ -178,6 +184,10 @@ impl FragmentState {
                 .chunks_exact(8)
                 .map(|b| u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
                 .collect();
+            // The wire form lists each round's ids sorted and once (lookups rely on it).
+            if ids.windows(2).any(|w| w[0] >= w[1]) {
+                return Err(StateError::Malformed(r.pos));
+            }
             log.push_back((round, ids));
         }
         if r.pos != bytes.len() {
