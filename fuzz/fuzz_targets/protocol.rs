@@ -1,0 +1,624 @@
+//! The protocol core (`atoll::proto::Protocol`) driven as a node would drive it, by a
+//! sequence of events decoded from the input with `arbitrary`:
+//!
+//! - the timers the core asked for, fired at or after their time (earliest first, or any);
+//! - answers to its snapshot requests, or unsolicited ones, with params that may be huge
+//!   or non-finite and tokens / steps up to `u64::MAX`;
+//! - gossip from other peers: contribution announcements of deltas the harness really
+//!   encoded (header fields optionally overwritten after encoding, announcement fields
+//!   consistent or lying), state announcements of states the harness built (derived from
+//!   the core's own state, or arbitrary bytes), and messages with arbitrary fields;
+//! - answers to its fetches: the announced bytes, other bytes, truncated bytes, failures;
+//! - clock moves: small steps, jumps far ahead (up to `u64::MAX`), and steps back (the
+//!   node's clock is wall time minus the epoch, so it can go back).
+//!
+//! The core must never panic; anchors it applies and holds must stay finite and of the
+//! fragment's length.
+#![no_main]
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arbitrary::{Arbitrary, Unstructured};
+use atoll::delta::{self, Codec, ContentHash, DeltaMeta, EncodeOptions};
+use atoll::fragment::{FragmentPlan, TensorSpec};
+use atoll::proto::{
+    ContributionAnnounce, Event, FragmentState, MergeRule, Message, Millis, Output, PeerId,
+    Protocol, RawSettings, Settings, StateAnnounce, Timer,
+};
+use libfuzzer_sys::fuzz_target;
+
+const ME: PeerId = PeerId(100);
+
+#[derive(Arbitrary, Debug)]
+struct Config {
+    merge: u8,
+    codec: u8,
+    merge_lag: u8,
+    quorum: u8,
+    max_lateness: u8,
+    fetch_attempts: u8,
+    small_held: bool,
+    alpha_half: bool,
+    start: Start,
+}
+
+#[derive(Arbitrary, Debug)]
+enum Start {
+    Zero,
+    At(u32),
+    Far(u64),
+}
+
+/// A round number: near the core's current round of the fragment, or anything.
+#[derive(Arbitrary, Debug, Clone, Copy)]
+enum RoundSel {
+    Current(i8),
+    Abs(u64),
+    Max,
+}
+
+#[derive(Arbitrary, Debug, Clone, Copy)]
+enum Values {
+    Zero,
+    Small(i8),
+    Huge(bool),
+    Tiny,
+    NonFinite(u8),
+    Bits(u32),
+}
+
+#[derive(Arbitrary, Debug, Clone, Copy)]
+enum Count {
+    Small(u8),
+    Big(u64),
+    Max,
+    Zero,
+}
+
+#[derive(Arbitrary, Debug)]
+enum Op {
+    /// Fire the earliest timer (at its time, or later).
+    FireNext {
+        late: u16,
+    },
+    /// Fire any pending timer (at or after its time).
+    Fire {
+        idx: u8,
+        late: u16,
+    },
+    Advance(u16),
+    JumpAhead(u64),
+    ClockBack(u16),
+    /// Answer the oldest snapshot request.
+    Snapshot {
+        values: Values,
+        tokens: Count,
+        steps: Count,
+        idx: u8,
+    },
+    /// A snapshot nobody asked for.
+    StraySnapshot {
+        fragment: u8,
+        round: RoundSel,
+        values: Values,
+        tokens: Count,
+        steps: Count,
+        short: bool,
+    },
+    /// A peer encodes a delta and announces it.
+    Contribute {
+        from: u8,
+        author: u8,
+        fragment: u8,
+        round: RoundSel,
+        tokens: Count,
+        steps: Count,
+        values: Values,
+        codec: u8,
+        /// Header bytes overwritten after encoding (offset in the 60-byte header, value).
+        edits: Vec<(u8, u8)>,
+        /// Announcement fields that differ from the payload.
+        lie: Option<Lie>,
+        base_round: RoundSel,
+    },
+    /// A peer announces a state derived from the core's own one (or junk bytes).
+    AnnounceState {
+        from: u8,
+        fragment: u8,
+        round: RoundSel,
+        anchor: Values,
+        log: Vec<u64>,
+        junk: Option<Vec<u8>>,
+        lie_size: Option<u64>,
+    },
+    /// A message with arbitrary fields.
+    RawContribution {
+        from: u64,
+        fragment: u32,
+        round: u64,
+        size: u64,
+        tokens: u64,
+        steps: u64,
+        origin: u64,
+        base_round: u64,
+        hash: HashSel,
+    },
+    RawState {
+        from: u64,
+        fragment: u32,
+        round: u64,
+        size: u64,
+        hash: HashSel,
+    },
+    /// Answer a pending fetch with the payload the harness knows for its hash.
+    Deliver {
+        idx: u8,
+        from_other: bool,
+    },
+    /// Answer a pending fetch with other bytes.
+    DeliverJunk {
+        idx: u8,
+        bytes: Vec<u8>,
+    },
+    /// Answer a pending fetch with the right bytes cut short.
+    DeliverTruncated {
+        idx: u8,
+        keep: u16,
+    },
+    /// Answer a fetch nobody asked for.
+    DeliverUnsolicited {
+        hash: HashSel,
+    },
+    FetchFailed {
+        idx: u8,
+    },
+    Serve {
+        hash: HashSel,
+    },
+    Reannounce,
+}
+
+#[derive(Arbitrary, Debug, Clone, Copy)]
+enum Lie {
+    Round(u64),
+    Tokens(u64),
+    Steps(u64),
+    Size(u64),
+    Origin(u64),
+    Fragment(u32),
+}
+
+#[derive(Arbitrary, Debug, Clone, Copy)]
+enum HashSel {
+    Known(u8),
+    StateOf(u8),
+    Random([u8; 32]),
+}
+
+struct Harness {
+    proto: Protocol,
+    plan: FragmentPlan,
+    now: Millis,
+    timers: Vec<(Millis, Timer)>,
+    snapshots: Vec<(usize, u64)>,
+    fetches: Vec<(PeerId, ContentHash, u64)>,
+    library: HashMap<ContentHash, Arc<[u8]>>,
+    known: Vec<ContentHash>,
+    default_codec: Codec,
+}
+
+fn peer(x: u8) -> PeerId {
+    PeerId(u64::from(x % 8) + 1)
+}
+
+fn count(c: Count) -> u64 {
+    match c {
+        Count::Small(n) => u64::from(n),
+        Count::Big(n) => n,
+        Count::Max => u64::MAX,
+        Count::Zero => 0,
+    }
+}
+
+fn codec(x: u8, default: Codec) -> Codec {
+    match x % 4 {
+        0 => Codec::Q4,
+        1 => Codec::Q8,
+        2 => Codec::F32,
+        _ => default,
+    }
+}
+
+fn fill(v: Values, base: &[f32]) -> Vec<f32> {
+    base.iter()
+        .enumerate()
+        .map(|(i, &b)| match v {
+            Values::Zero => b,
+            Values::Small(s) => b + f32::from(s) * 0.01 * ((i % 3) as f32 - 1.0),
+            Values::Huge(neg) => {
+                if neg {
+                    -3.0e38
+                } else {
+                    3.0e38
+                }
+            }
+            Values::Tiny => b + 1e-40,
+            Values::NonFinite(k) if usize::from(k) % base.len().max(1) == i => f32::NAN,
+            Values::NonFinite(_) => b,
+            Values::Bits(bits) => f32::from_bits(bits.rotate_left(i as u32)),
+        })
+        .collect()
+}
+
+impl Harness {
+    fn new(c: &Config) -> Option<Self> {
+        let t = |n: &str, len: usize, emb: bool| TensorSpec {
+            name: n.into(),
+            shape: vec![len],
+            is_embedding: emb,
+        };
+        let plan = FragmentPlan::new(
+            &[t("emb", 32, true), t("a", 24, false), t("b", 16, false), t("c", 8, false)],
+            2,
+        )
+        .ok()?;
+        let default_codec = codec(c.codec, Codec::Q4);
+        let mut raw = RawSettings {
+            h: 10,
+            fragments: 2,
+            step_ms: 100,
+            grace_cap_ms: 100,
+            merge_lag: u64::from(c.merge_lag % 3),
+            quorum: usize::from(c.quorum % 3) + 1,
+            max_lateness: u64::from(c.max_lateness % 4) + 1,
+            fetch_attempts: u32::from(c.fetch_attempts % 3) + 1,
+            merge: [MergeRule::Rda, MergeRule::Mean, MergeRule::TrimmedMean]
+                [usize::from(c.merge % 3)],
+            alpha: if c.alpha_half { 0.5 } else { 0.0 },
+            ..RawSettings::default()
+        };
+        raw.encode.codec = default_codec;
+        if c.small_held {
+            raw.max_held = 4;
+            raw.max_held_bytes = 1 << 20;
+        }
+        let settings = Settings::new(raw).ok()?.with_tokens_per_step(16);
+        let init: Vec<Vec<f32>> = plan
+            .fragments
+            .iter()
+            .map(|f| (0..f.numel()).map(|i| (i as f32 * 0.37).sin()).collect())
+            .collect();
+        let proto = Protocol::new(ME, settings, &plan, init, 7).ok()?;
+        Some(Self {
+            proto,
+            plan,
+            now: 0,
+            timers: Vec::new(),
+            snapshots: Vec::new(),
+            fetches: Vec::new(),
+            library: HashMap::new(),
+            known: Vec::new(),
+            default_codec,
+        })
+    }
+
+    fn round(&self, p: usize, r: RoundSel) -> u64 {
+        match r {
+            RoundSel::Current(d) => {
+                let cur = self.proto.schedule().current_round(p % 2, self.now);
+                cur.saturating_add_signed(i64::from(d % 4))
+            }
+            RoundSel::Abs(r) => r,
+            RoundSel::Max => u64::MAX,
+        }
+    }
+
+    fn hash(&self, h: HashSel) -> ContentHash {
+        match h {
+            HashSel::Known(i) if !self.known.is_empty() => {
+                self.known[usize::from(i) % self.known.len()]
+            }
+            HashSel::Known(_) => ContentHash([0; 32]),
+            HashSel::StateOf(p) => self.proto.state_hash(usize::from(p % 2)),
+            HashSel::Random(b) => ContentHash(b),
+        }
+    }
+
+    fn remember(&mut self, bytes: Vec<u8>) -> ContentHash {
+        let hash = ContentHash::of(&bytes);
+        if self.library.len() < 256 {
+            self.library.insert(hash, bytes.into());
+            self.known.push(hash);
+        }
+        hash
+    }
+
+    fn feed(&mut self, ev: Event) {
+        let out = self.proto.handle(ev, self.now);
+        self.take(out);
+    }
+
+    fn take(&mut self, out: Vec<Output>) {
+        for o in out {
+            match o {
+                Output::SetTimer { at, timer } => {
+                    if self.timers.len() < 512 {
+                        self.timers.push((at, timer));
+                    }
+                }
+                Output::Snapshot { fragment, round } => {
+                    assert!(fragment < 2);
+                    self.snapshots.push((fragment, round));
+                }
+                Output::Fetch { from, hash, max_len, .. } => {
+                    if self.fetches.len() < 512 {
+                        self.fetches.push((from, hash, max_len));
+                    }
+                }
+                Output::Apply(a) => {
+                    assert_eq!(a.anchor.len(), self.plan.fragments[a.fragment].numel());
+                    assert!(a.anchor.iter().all(|v| v.is_finite()), "non-finite anchor applied");
+                }
+                Output::Broadcast(msg) => {
+                    let bytes = atoll::proto::encode_message(&msg);
+                    assert_eq!(atoll::proto::decode_message(&bytes).as_ref(), Ok(&msg));
+                }
+                Output::Merged(r) => {
+                    assert_eq!(r.merged.len(), r.contributions.len());
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn check(&self) {
+        for (p, f) in self.plan.fragments.iter().enumerate() {
+            let s = self.proto.state(p);
+            assert_eq!(s.anchor.len(), f.numel());
+            assert_eq!(s.momentum.len(), f.numel());
+            assert!(s.anchor.iter().chain(&s.momentum).all(|v| v.is_finite()), "non-finite state");
+            assert_eq!(s.hash(), self.proto.state_hash(p));
+        }
+    }
+
+    fn fire(&mut self, i: usize, late: u16) {
+        let (at, timer) = self.timers.swap_remove(i);
+        self.now = self.now.max(at).saturating_add(u64::from(late));
+        self.feed(Event::Timer(timer));
+    }
+
+    fn op(&mut self, op: Op) {
+        match op {
+            Op::FireNext { late } => {
+                if let Some(i) = (0..self.timers.len()).min_by_key(|&i| self.timers[i]) {
+                    self.fire(i, late % 200);
+                }
+            }
+            Op::Fire { idx, late } => {
+                if !self.timers.is_empty() {
+                    let i = usize::from(idx) % self.timers.len();
+                    self.fire(i, late);
+                }
+            }
+            Op::Advance(ms) => self.now = self.now.saturating_add(u64::from(ms)),
+            Op::JumpAhead(ms) => self.now = self.now.saturating_add(ms),
+            Op::ClockBack(ms) => self.now = self.now.saturating_sub(u64::from(ms)),
+            Op::Snapshot { values, tokens, steps, idx } => {
+                if self.snapshots.is_empty() {
+                    return;
+                }
+                let (fragment, round) =
+                    self.snapshots.remove(usize::from(idx) % self.snapshots.len());
+                let params = fill(values, &self.proto.state(fragment).anchor);
+                let ev = Event::Snapshot {
+                    fragment,
+                    round,
+                    params,
+                    tokens: count(tokens),
+                    steps: count(steps),
+                };
+                self.feed(ev);
+            }
+            Op::StraySnapshot { fragment, round, values, tokens, steps, short } => {
+                let p = usize::from(fragment % 3);
+                let r = self.round(p, round);
+                let base = self.proto.state(p % 2).anchor.clone();
+                let mut params = fill(values, &base);
+                if short {
+                    params.pop();
+                }
+                let ev = Event::Snapshot {
+                    fragment: p,
+                    round: r,
+                    params,
+                    tokens: count(tokens),
+                    steps: count(steps),
+                };
+                self.feed(ev);
+            }
+            Op::Contribute {
+                from,
+                author,
+                fragment,
+                round,
+                tokens,
+                steps,
+                values,
+                codec: c,
+                edits,
+                lie,
+                base_round,
+            } => {
+                let p = usize::from(fragment % 2);
+                let r = self.round(p, round);
+                let meta = DeltaMeta {
+                    author: peer(author).0,
+                    fragment: p as u32,
+                    round: r,
+                    tokens: count(tokens),
+                    steps: count(steps).max(1),
+                };
+                let d = fill(values, &vec![0.0; self.plan.fragments[p].numel()]);
+                let opts = EncodeOptions {
+                    codec: codec(c, self.default_codec),
+                    block: 64,
+                    zstd_level: if c & 4 == 0 { 0 } else { 1 },
+                };
+                let Ok(enc) = delta::encode(meta, &d, None, &opts) else { return };
+                let mut bytes = enc.bytes.to_vec();
+                for (at, v) in edits.into_iter().take(6) {
+                    let at = usize::from(at) % delta::HEADER_LEN;
+                    bytes[at] = v;
+                }
+                let size = bytes.len() as u64;
+                let hash = self.remember(bytes);
+                let mut c = ContributionAnnounce {
+                    fragment: p as u32,
+                    round: r,
+                    hash,
+                    size,
+                    tokens: meta.tokens,
+                    steps: meta.steps,
+                    origin: peer(author),
+                    base: self.proto.state_hash(p),
+                    base_round: self.round(p, base_round),
+                };
+                match lie {
+                    None => {}
+                    Some(Lie::Round(x)) => c.round = x,
+                    Some(Lie::Tokens(x)) => c.tokens = x,
+                    Some(Lie::Steps(x)) => c.steps = x,
+                    Some(Lie::Size(x)) => c.size = x,
+                    Some(Lie::Origin(x)) => c.origin = PeerId(x),
+                    Some(Lie::Fragment(x)) => c.fragment = x,
+                }
+                self.feed(Event::Message { from: peer(from), msg: Message::Contribution(c) });
+            }
+            Op::AnnounceState { from, fragment, round, anchor, log, junk, lie_size } => {
+                let p = usize::from(fragment % 2);
+                let r = self.round(p, round);
+                let bytes = match junk {
+                    Some(b) => b,
+                    None => {
+                        let mut s: FragmentState = self.proto.state(p).clone();
+                        s.anchor = fill(anchor, &s.anchor);
+                        s.round = r;
+                        let mut ids: Vec<u64> = log.into_iter().take(8).collect();
+                        // Ids of held contributions, so adoption re-queues or drops them.
+                        ids.extend(self.known.iter().take(4).map(ContentHash::short));
+                        s.record(r, ids, 3);
+                        s.to_bytes()
+                    }
+                };
+                let size = lie_size.unwrap_or(bytes.len() as u64);
+                let hash = self.remember(bytes);
+                let msg =
+                    Message::State(StateAnnounce { fragment: p as u32, round: r, hash, size });
+                self.feed(Event::Message { from: peer(from), msg });
+            }
+            Op::RawContribution {
+                from,
+                fragment,
+                round,
+                size,
+                tokens,
+                steps,
+                origin,
+                base_round,
+                hash,
+            } => {
+                let c = ContributionAnnounce {
+                    fragment,
+                    round,
+                    hash: self.hash(hash),
+                    size,
+                    tokens,
+                    steps,
+                    origin: PeerId(origin),
+                    base: self.hash(HashSel::Known(0)),
+                    base_round,
+                };
+                self.feed(Event::Message { from: PeerId(from), msg: Message::Contribution(c) });
+            }
+            Op::RawState { from, fragment, round, size, hash } => {
+                let msg =
+                    Message::State(StateAnnounce { fragment, round, hash: self.hash(hash), size });
+                self.feed(Event::Message { from: PeerId(from), msg });
+            }
+            Op::Deliver { idx, from_other } => {
+                if self.fetches.is_empty() {
+                    return;
+                }
+                let (from, hash, max_len) =
+                    self.fetches.remove(usize::from(idx) % self.fetches.len());
+                let from = if from_other { PeerId(from.0 ^ 1) } else { from };
+                // The transport refuses what exceeds `max_len` and what it does not have.
+                match self.library.get(&hash).cloned().or_else(|| self.proto.serve(&hash)) {
+                    Some(bytes) if bytes.len() as u64 <= max_len => {
+                        self.feed(Event::Fetched { from, hash, bytes })
+                    }
+                    _ => self.feed(Event::FetchFailed { from, hash }),
+                }
+            }
+            Op::DeliverJunk { idx, bytes } => {
+                if self.fetches.is_empty() {
+                    return;
+                }
+                let (from, hash, _) = self.fetches.remove(usize::from(idx) % self.fetches.len());
+                self.feed(Event::Fetched { from, hash, bytes: bytes.into() });
+            }
+            Op::DeliverTruncated { idx, keep } => {
+                if self.fetches.is_empty() {
+                    return;
+                }
+                let (from, hash, _) = self.fetches.remove(usize::from(idx) % self.fetches.len());
+                let Some(bytes) = self.library.get(&hash).cloned() else { return };
+                let n = usize::from(keep) % (bytes.len() + 1);
+                self.feed(Event::Fetched { from, hash, bytes: bytes[..n].into() });
+            }
+            Op::DeliverUnsolicited { hash } => {
+                let hash = self.hash(hash);
+                if let Some(bytes) = self.library.get(&hash).cloned() {
+                    self.feed(Event::Fetched { from: PeerId(3), hash, bytes });
+                }
+            }
+            Op::FetchFailed { idx } => {
+                if self.fetches.is_empty() {
+                    return;
+                }
+                let (from, hash, _) = self.fetches.remove(usize::from(idx) % self.fetches.len());
+                self.feed(Event::FetchFailed { from, hash });
+            }
+            Op::Serve { hash } => {
+                let hash = self.hash(hash);
+                if let Some(bytes) = self.proto.serve(&hash) {
+                    assert_eq!(ContentHash::of(&bytes), hash, "served bytes match their hash");
+                }
+            }
+            Op::Reannounce => {
+                let out = self.proto.reannounce(self.now);
+                self.take(out);
+            }
+        }
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let mut u = Unstructured::new(data);
+    let Ok(config) = Config::arbitrary(&mut u) else { return };
+    let Some(mut h) = Harness::new(&config) else { return };
+    h.now = match config.start {
+        Start::Zero => 0,
+        Start::At(t) => u64::from(t),
+        Start::Far(t) => t,
+    };
+    let out = h.proto.start(h.now);
+    h.take(out);
+    for _ in 0..96 {
+        let Ok(op) = Op::arbitrary(&mut u) else { break };
+        h.op(op);
+        h.check();
+    }
+    let _ = (h.proto.metrics(), h.proto.pending(), h.proto.grace_window(), h.proto.agreement(0));
+});
