@@ -118,7 +118,7 @@ impl Protocol {
                 let got = state.anchor.len();
                 return Err(ProtoError::StateLength { fragment: spec.id, got, want });
             }
-            lanes.push(Lane::new(me, spec.clone(), state, &settings, MAX_PEERS));
+            lanes.push(Lane::new(me, spec.clone(), state, MAX_PEERS));
         }
         Ok(Self {
             me,

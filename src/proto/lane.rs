@@ -110,21 +110,14 @@ impl Window {
 }
 
 impl Lane {
-    pub fn new(
-        me: PeerId,
-        spec: FragmentSpec,
-        state: FragmentState,
-        settings: &Settings,
-        peers: usize,
-    ) -> Self {
+    pub fn new(me: PeerId, spec: FragmentSpec, state: FragmentState, peers: usize) -> Self {
         let numel = spec.numel();
-        let credit_rounds = Window::of(settings).log_rounds() + 2;
         Self {
             spec,
             state_hash: state.hash(),
             state,
             feedback: ErrorFeedback::new(numel),
-            votes: Votes::new(me, peers, credit_rounds),
+            votes: Votes::new(me, peers),
             held: FastMap::default(),
             held_bytes: 0,
             claims: FastMap::default(),

@@ -7,8 +7,8 @@
 //!
 //! A vote is only as good as its voter: gossip keys cost nothing, so a flood of fresh
 //! identities could otherwise outvote the swarm or make a peer believe it is behind. Only
-//! *credited* voters count — peers whose deltas this peer fetched, decoded and accepted in
-//! recent rounds (verified work), and this peer itself. Votes of others are kept (bounded)
+//! *credited* voters count — peers whose deltas this peer fetched, decoded and accepted
+//! (verified work), and this peer itself. Votes of others are kept (bounded)
 //! and count as soon as their voter is credited.
 
 use super::fasthash::FastMap;
@@ -25,8 +25,6 @@ pub struct Votes {
     credits: FastMap<PeerId, u64>,
     /// Most peers remembered (in each map); fake identities cannot grow memory past it.
     capacity: usize,
-    /// A credit lapses this many rounds after the contribution that earned it.
-    credit_rounds: u64,
     /// Highest round of a counted vote (O(1) "am I behind?" checks on every message).
     max_round: u64,
 }
@@ -43,15 +41,8 @@ pub struct Leader {
 }
 
 impl Votes {
-    pub fn new(me: PeerId, capacity: usize, credit_rounds: u64) -> Self {
-        Self {
-            me,
-            latest: FastMap::default(),
-            credits: FastMap::default(),
-            capacity,
-            credit_rounds,
-            max_round: 0,
-        }
+    pub fn new(me: PeerId, capacity: usize) -> Self {
+        Self { me, latest: FastMap::default(), credits: FastMap::default(), capacity, max_round: 0 }
     }
 
     /// Whether `peer`'s votes count.
@@ -106,15 +97,12 @@ impl Votes {
         self.max_round
     }
 
-    /// Forgets peers whose latest announcement is older than `oldest` (gone or stuck), and
-    /// credits that lapsed: older than `credit_rounds` before the newest credited work.
-    /// Measured against work, not the clock: when a whole swarm stops training (the end of
-    /// a run) its members keep their votes and can still reconcile.
+    /// Forgets peers whose latest announcement is older than `oldest` (gone or stuck).
+    /// Credits do not lapse (the map is bounded): a credit costs a Sybil one well-formed
+    /// delta either way, and lapsing credits left peers of a healed partition or a stopped
+    /// swarm unable to reconcile.
     pub fn prune(&mut self, oldest: u64) {
         self.latest.retain(|_, (r, _)| *r >= oldest);
-        let newest = self.credits.values().copied().max().unwrap_or(0);
-        let keep = self.credit_rounds;
-        self.credits.retain(|_, r| r.saturating_add(keep) >= newest);
         self.max_round = self.counted().map(|(_, (r, _))| *r).max().unwrap_or(0);
     }
 
@@ -169,7 +157,7 @@ mod tests {
     #[test]
     fn majority_then_smallest_hash_wins() {
         let (a, b) = (ContentHash([1; 32]), ContentHash([2; 32]));
-        let mut v = Votes::new(PeerId(0), 10, 4);
+        let mut v = Votes::new(PeerId(0), 10);
         (1..=3).for_each(|p| v.credit(PeerId(p), 5));
         v.record(PeerId(1), 5, b);
         v.record(PeerId(2), 5, a);
@@ -189,7 +177,7 @@ mod tests {
 
     #[test]
     fn capacity_bounds_memory() {
-        let mut v = Votes::new(PeerId(0), 2, 4);
+        let mut v = Votes::new(PeerId(0), 2);
         for i in 0..10 {
             v.credit(PeerId(i), 1);
             v.record(PeerId(i), 1, ContentHash([0; 32]));
@@ -200,7 +188,7 @@ mod tests {
     #[test]
     fn only_credited_voters_count() {
         let (a, b) = (ContentHash([1; 32]), ContentHash([2; 32]));
-        let mut v = Votes::new(PeerId(0), 100, 4);
+        let mut v = Votes::new(PeerId(0), 100);
         v.record(PeerId(0), 5, a);
         // Fifty fresh identities vote for a later round and another state: nothing moves.
         for i in 100..150 {
@@ -213,12 +201,8 @@ mod tests {
         v.credit(PeerId(100), 8);
         assert_eq!(v.max_round(), 9);
         assert_eq!(v.leader(9).unwrap().holders, vec![PeerId(100)]);
-        // The credit lapses `credit_rounds` after the work that earned it, counted in
-        // rounds of newer verified work (not of the clock).
+        // Pruning forgets old votes, not credits.
         v.prune(0);
         assert_eq!(v.max_round(), 9);
-        v.credit(PeerId(200), 13);
-        v.prune(0);
-        assert_eq!(v.max_round(), 5);
     }
 }
