@@ -1,7 +1,7 @@
 //! Reconciliation and catch-up (DESIGN.md §3.2): votes, "am I behind?", fetching and
 //! adopting the majority's state.
 
-use super::core::{InFlight, Kind, Protocol};
+use super::core::{Kind, Protocol};
 use super::io::{Offence, Output};
 use super::schedule::Millis;
 use super::state::FragmentState;
@@ -77,17 +77,8 @@ impl Protocol {
         // The state's log grows with the swarm; the payload limit bounds it.
         let max_len = self.limits.max_payload_bytes as u64;
         self.lanes[p].state_fetch = Some(leader.hash);
-        let f = InFlight {
-            fragment: p,
-            kind: Kind::State { round: leader.round },
-            sources,
-            attempts: 0,
-            announced_at: now,
-            deadline: now,
-            max_len,
-        };
-        self.in_flight.insert(leader.hash, f);
-        self.retry(leader.hash, now, out);
+        let kind = Kind::State { round: leader.round };
+        self.start_fetch(leader.hash, p, kind, sources, max_len, now, out);
     }
 
     pub(super) fn accept_state(

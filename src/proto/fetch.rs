@@ -12,6 +12,35 @@ use std::sync::Arc;
 const MAX_REJECTED: usize = 4096;
 
 impl Protocol {
+    /// Starts fetching `hash` (announced with `max_len` bytes) from `sources`; a delta's
+    /// announced size counts against the held-bytes budget until [`Self::end_fetch`].
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn start_fetch(
+        &mut self,
+        hash: ContentHash,
+        fragment: usize,
+        kind: Kind,
+        sources: Vec<PeerId>,
+        max_len: u64,
+        now: Millis,
+        out: &mut Vec<Output>,
+    ) {
+        if matches!(kind, Kind::Delta { .. }) {
+            self.in_flight_bytes += max_len;
+        }
+        let f = InFlight {
+            fragment,
+            kind,
+            sources,
+            attempts: 0,
+            announced_at: now,
+            deadline: now,
+            max_len,
+        };
+        self.in_flight.insert(hash, f);
+        self.retry(hash, now, out);
+    }
+
     /// (Re)issues the fetch of `hash` from its next source, or gives up.
     pub(super) fn retry(&mut self, hash: ContentHash, now: Millis, out: &mut Vec<Output>) {
         let Some(f) = self.in_flight.get_mut(&hash) else { return };

@@ -115,18 +115,8 @@ impl Protocol {
             return;
         }
         self.lanes[p].claims.insert((from, c.round), c.hash);
-        let f = InFlight {
-            fragment: p,
-            kind: Kind::Delta { claims: vec![claim] },
-            sources: vec![from],
-            attempts: 0,
-            announced_at: now,
-            deadline: now,
-            max_len: c.size,
-        };
-        self.in_flight_bytes += c.size;
-        self.in_flight.insert(c.hash, f);
-        self.retry(c.hash, now, out);
+        let kind = Kind::Delta { claims: vec![claim] };
+        self.start_fetch(c.hash, p, kind, vec![from], c.size, now, out);
     }
 
     pub(super) fn accept_delta(
