@@ -4,6 +4,7 @@
 mod dials;
 mod event_loop;
 mod hygiene;
+mod members;
 mod peers;
 mod stats;
 mod swarm_events;
@@ -80,6 +81,11 @@ impl Node {
             .behaviour_mut()
             .gossipsub
             .subscribe(&topic)
+            .map_err(|e| NetError::Config(format!("gossipsub subscribe: {e}")))?;
+        swarm
+            .behaviour_mut()
+            .gossipsub
+            .subscribe(&members::members_topic(&cfg.run_id))
             .map_err(|e| NetError::Config(format!("gossipsub subscribe: {e}")))?;
         for addr in &cfg.bootstrap {
             dial_bootstrap(&mut swarm, addr);

@@ -7,6 +7,8 @@ mod announce;
 mod blobs;
 #[path = "swarm/discovery.rs"]
 mod discovery;
+#[path = "swarm/eclipse.rs"]
+mod eclipse;
 #[path = "swarm/fair_share.rs"]
 mod fair_share;
 #[path = "swarm/hedged.rs"]

@@ -79,6 +79,10 @@ pub(crate) struct EventLoop {
     pub(super) dials: DialQueue,
     /// We listen on loopback, so loopback addresses of others may reach them.
     pub(super) on_loopback: bool,
+    /// The run's member-records topic (see `members`).
+    pub(super) members: gossipsub::IdentTopic,
+    /// When our next member record is due (`None`: at the next tick).
+    pub(super) record_due: Option<Instant>,
 }
 
 impl EventLoop {
@@ -122,6 +126,8 @@ impl EventLoop {
             provider_dials: 0,
             dials: DialQueue::default(),
             on_loopback: cfg.listen.iter().any(super::addr_is_loopback),
+            members: super::members::members_topic(&cfg.run_id),
+            record_due: None,
         };
         event_loop.apply_loaded_bans();
         event_loop
@@ -249,6 +255,7 @@ impl EventLoop {
     pub(super) fn discover(&mut self) {
         self.ticks += 1;
         self.dials.tick();
+        self.publish_record(Instant::now());
         self.dial_providers();
         let table = self.routing_table_size();
         if table == 0 {
@@ -335,6 +342,7 @@ impl EventLoop {
                 info!(peer = %peer, "run peer connected");
             }
             self.emit(NetEvent::RunPeerJoined(peer));
+            self.record_soon(Instant::now());
         }
     }
 

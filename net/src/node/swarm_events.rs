@@ -214,6 +214,15 @@ impl EventLoop {
                     );
                     return;
                 }
+                if message.topic == self.members.hash() {
+                    let verdict = self.on_record(propagation_source, message.source, &message.data);
+                    self.swarm.behaviour_mut().gossipsub.report_message_validation_result(
+                        &message_id,
+                        &propagation_source,
+                        verdict,
+                    );
+                    return;
+                }
                 let verdict = if message.topic != self.topic.hash() {
                     Err(AnnounceError::WrongRun {
                         got: message.topic.to_string(),

@@ -53,7 +53,7 @@ async fn hostile_gossip_is_rejected_counted_and_not_forwarded() -> anyhow::Resul
         swarm.behaviour_mut().subscribe(&topic)?;
         swarm.dial(target.clone())?;
         drive_until(&mut swarm, |ev| {
-            matches!(ev, SwarmEvent::Behaviour(gossipsub::Event::Subscribed { peer_id, .. }) if *peer_id == node_id)
+            matches!(ev, SwarmEvent::Behaviour(gossipsub::Event::Subscribed { peer_id, topic: t }) if *peer_id == node_id && *t == topic.hash())
         })
         .await?;
         joined.push(swarm);

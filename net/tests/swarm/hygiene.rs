@@ -37,7 +37,9 @@ async fn join(swarm: &mut Swarm<gossipsub::Behaviour>, node: &Node) -> anyhow::R
         let ev = tokio::time::timeout_at(deadline, swarm.select_next_some())
             .await
             .map_err(|_| anyhow::anyhow!("gossip peer never saw the node subscribe"))?;
-        if matches!(ev, SwarmEvent::Behaviour(gossipsub::Event::Subscribed { peer_id, .. }) if peer_id == id)
+        // The node's subscription to the announce topic (it has a members topic too).
+        let announce = gossipsub::IdentTopic::new(topic_name("test-run")).hash();
+        if matches!(ev, SwarmEvent::Behaviour(gossipsub::Event::Subscribed { peer_id, topic }) if peer_id == id && topic == announce)
         {
             return Ok(());
         }

@@ -20,6 +20,8 @@ pub struct Opts {
     pub upload_bytes_per_sec: Option<u64>,
     /// Fault injection: the node's block-list file.
     pub block_list: Option<std::path::PathBuf>,
+    /// The node's identity (default: a fresh one).
+    pub key: Option<libp2p::identity::Keypair>,
 }
 
 impl Default for Opts {
@@ -30,13 +32,17 @@ impl Default for Opts {
             listen: "/ip4/127.0.0.1/tcp/0",
             upload_bytes_per_sec: None,
             block_list: None,
+            key: None,
         }
     }
 }
 
 /// Starts a node on loopback with fast discovery and mDNS off.
 pub async fn start(opts: Opts) -> anyhow::Result<Node> {
-    let key = atoll_net::identity::load_or_create(&tempfile::tempdir()?.path().join("peer_key"))?;
+    let key = match opts.key {
+        Some(k) => k,
+        None => atoll_net::identity::load_or_create(&tempfile::tempdir()?.path().join("peer_key"))?,
+    };
     let mut cfg = NetConfig::new(key, opts.run_id);
     cfg.listen = vec![opts.listen.parse()?];
     cfg.bootstrap = opts.bootstrap;
