@@ -66,6 +66,7 @@
 
 mod catchup;
 mod core;
+mod evidence;
 mod fasthash;
 mod fetch;
 mod intake;

@@ -231,12 +231,28 @@ impl Trainer {
         optim_bytes: Vec<u8>,
     ) -> Result<Self, RestoreError> {
         let mut trainer = Self::new(config, backend, corpus, shard)?;
-        let record = burn::store::ModuleRecord::from_bytes(burn::tensor::Bytes::from_bytes_vec(
-            model_bytes,
-        ))?;
-        trainer.model = trainer.model.clone().try_load_record(record)?;
-        trainer.optim = optimizer(&trainer.config)
-            .from_bytes(burn::tensor::Bytes::from_bytes_vec(optim_bytes))?;
+        // burn panics on some well-formed records it cannot use (a float parameter stored
+        // as U32, found by fuzzing) instead of returning an error: contain it here, so a
+        // bad checkpoint is an error, never a crash.
+        let load = std::panic::AssertUnwindSafe(|| -> Result<_, burn::store::RecordError> {
+            let record = burn::store::ModuleRecord::from_bytes(
+                burn::tensor::Bytes::from_bytes_vec(model_bytes),
+            )?;
+            let model = trainer.model.clone().try_load_record(record)?;
+            let optim = optimizer(&trainer.config)
+                .from_bytes(burn::tensor::Bytes::from_bytes_vec(optim_bytes))?;
+            Ok((model, optim))
+        });
+        let (model, optim) = std::panic::catch_unwind(load).map_err(|panic| {
+            let why = panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("unknown reason");
+            RestoreError::Unusable(why.to_owned())
+        })??;
+        trainer.model = model;
+        trainer.optim = optim;
         trainer.state = state;
         Ok(trainer)
     }
@@ -250,6 +266,8 @@ pub enum RestoreError {
     Train(#[from] TrainError),
     #[error("checkpoint tensors do not fit the model: {0}")]
     Record(#[from] burn::store::RecordError),
+    #[error("checkpoint tensors cannot be loaded: {0}")]
+    Unusable(String),
 }
 
 fn optimizer(config: &TrainConfig) -> ModuleOptimizer {

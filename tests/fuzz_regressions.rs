@@ -1,8 +1,8 @@
 //! Inputs found by the fuzz targets in fuzz/ (fuzz/README.md, "Findings"), reduced to
 //! direct calls of the public API.
 //!
-//! Neither finding was a panic: each was an invariant the fuzz harness checks and the
-//! library broke (both fixed; these tests failed before the fixes).
+//! F1 and F2 were invariants the fuzz harness checks and the library broke; F3 was a
+//! panic inside burn on a crafted checkpoint. All fixed; each test failed before its fix.
 
 use atoll::delta::{self, Codec, DeltaMeta, EncodeOptions, ErrorFeedback, Limits};
 use atoll::fragment::{FragmentSpec, TensorSpec};
@@ -77,4 +77,45 @@ fn found_inputs_are_refused_without_panicking() {
     s.record(2, vec![7], 1);
     s.record(3, vec![], 1);
     assert!(FragmentState::from_bytes(&s.to_bytes(), &spec(2, 2)).is_ok());
+}
+
+/// Fuzz finding F3 (`checkpoint`, 10-minute run): a checkpoint whose model record stores a
+/// float parameter as U32 (with a valid trailer, so only a crafted file gets here) made
+/// burn panic in `Tensor::from_data` while restoring. Now a clear error.
+#[test]
+fn a_model_record_with_an_integer_dtype_is_an_error_not_a_panic() {
+    use atoll::backend::Backend;
+    use atoll::checkpoint;
+    use atoll::data::{Corpus, Shard};
+    use atoll::train::{TrainConfig, Trainer};
+
+    let mut config = TrainConfig::tiny(1);
+    config.model = config.model.with_d_model(8).with_n_heads(2).with_d_ff(16).with_context(8);
+    config.batch = 2;
+    let corpus = Corpus::from_text("f3", b"To be, or not to be.\n".repeat(200)).unwrap();
+    let shard = Shard { index: 0, count: 1 };
+    let dir = tempfile::tempdir().unwrap();
+    let trainer = Trainer::new(config, Backend::Flex, &corpus, shard).unwrap();
+    let path = checkpoint::save(&trainer, shard, &corpus, dir.path()).unwrap();
+    let mut file = std::fs::read(&path).unwrap();
+    // Header: magic, version, then the meta / model / optim lengths; blake3 trailer.
+    let len =
+        |f: &[u8], i: usize| u64::from_le_bytes(f[12 + 8 * i..20 + 8 * i].try_into().unwrap());
+    let model_at = 36 + len(&file, 0) as usize;
+    let model_end = model_at + len(&file, 1) as usize;
+    // The record's metadata is CBOR: the dtype of each tensor is the text "F32".
+    let f32_tag = b"\x63F32";
+    let at = file[model_at..model_end]
+        .windows(4)
+        .position(|w| w == f32_tag)
+        .expect("a dtype in the model record")
+        + model_at;
+    file[at..at + 4].copy_from_slice(b"\x63U32");
+    let body = file.len() - 32;
+    let trailer = *blake3::hash(&file[..body]).as_bytes();
+    file[body..].copy_from_slice(&trailer);
+    std::fs::write(&path, &file).unwrap();
+    let loaded = checkpoint::load(&path).expect("the trailer matches");
+    let err = loaded.into_trainer(&corpus).err().expect("restoring must fail");
+    assert!(err.to_string().contains("checkpoint tensors"), "{err}");
 }

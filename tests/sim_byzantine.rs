@@ -181,6 +181,26 @@ fn bounded_attacks_stay_within_their_measured_bounds() {
     }
 }
 
+/// Sybils that earn vote credit and vote, together, for a poisoned copy of their owner's
+/// state (its parent and contribution set, which the honest peers hold): a majority of the
+/// counted votes, refused by every honest peer that recomputes it, so the swarm keeps
+/// training on one honest lineage. (The Sybils' copied deltas still hold most of the
+/// merge weight — a Sybil majority of contributors, outside the threat model — so the
+/// honest loss is only required to keep falling; with a state nobody recomputes, the
+/// same Sybils drive it to 10⁹.)
+#[test]
+fn credited_sybils_cannot_impose_a_state_honest_peers_recompute() {
+    let seed = seed_from_env(75);
+    let a = Attack::VoteTakeover { sybils: 24, forged: Forgery::KnownParent, earn_credit: true };
+    let o = run(PEERS, seed, vec![(seat(seed), a)], None);
+    let forged = o.sim.stats.offences.get(&Offence::ForgedState).copied().unwrap_or(0);
+    eprintln!("seed {seed}: {:?}, honest loss by cycle {:?}", o.sim.stats.offences, o.curve);
+    assert!(forged > 0, "seed {seed}: no forged state was caught");
+    assert!(o.distinct.iter().flatten().all(|&d| d == 1), "seed {seed}: {:?}", o.distinct);
+    assert_eq!(o.sim.stats.unknown_lineage, 0, "seed {seed}: a forged state was adopted");
+    assert!(o.loss < 0.1 * o.curve[0], "seed {seed}: {:?}", o.curve);
+}
+
 #[test]
 fn loss_curve_by_hostile_fraction() {
     let seed = seed_from_env(74);

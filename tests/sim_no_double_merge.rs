@@ -36,6 +36,8 @@ fn scenario(seed: u64, lag: u64) {
     assert!(sim.agree(), "seed {seed} lag {lag}: no agreement");
     assert_eq!(sim.stats.double_merges, 0, "seed {seed} lag {lag}: a delta was merged twice");
     assert_eq!(sim.stats.unknown_lineage, 0);
+    // Every state adopted on evidence recomputed: honest states are never taken for forged.
+    assert_eq!(sim.stats.offences, Default::default(), "seed {seed} lag {lag}: honest offences");
     let lineages = sim.lineages.as_ref().unwrap();
     // Rounds whose deltas have had time to be merged everywhere (lag + one spare round).
     let settled = settled_from..=last.saturating_sub(lag + 1);

@@ -2,6 +2,7 @@
 //! adopting the majority's state.
 
 use super::core::{Kind, Protocol};
+use super::evidence::Evidence;
 use super::io::{Offence, Output};
 use super::schedule::Millis;
 use super::state::FragmentState;
@@ -59,7 +60,9 @@ impl Protocol {
         let Some(latest) = lane.votes.latest_round(max_round) else { return };
         let target = latest.max(lane.state.round);
         let Some(leader) = lane.votes.leader(target) else { return };
-        if self.unreachable.get(&leader.hash).is_some_and(|&until| until > now) {
+        if self.unreachable.get(&leader.hash).is_some_and(|&until| until > now)
+            || self.rejected.contains(&leader.hash)
+        {
             return;
         }
         if leader.hash == lane.state_hash {
@@ -88,6 +91,7 @@ impl Protocol {
         bytes: &[u8],
         p: usize,
         voted_round: u64,
+        now: Millis,
         out: &mut Vec<Output>,
     ) {
         let lane = &mut self.lanes[p];
@@ -105,6 +109,31 @@ impl Protocol {
         // A state older than ours is outdated by now; the next check will look again.
         if state.round < lane.state.round || hash == lane.state_hash {
             return;
+        }
+        let done = lane.state.round.max(lane.closed_round);
+        let joining = done == 0 || lane.votes.max_round() > done.saturating_add(1);
+        match lane.evidence(&state, hash, &self.settings, &self.limits) {
+            Evidence::Verified => {}
+            Evidence::Forged(detail) => {
+                // Its voters vouched for a forgery: their votes stop counting here.
+                for voter in lane.votes.holders(voted_round, hash) {
+                    lane.votes.discredit(voter);
+                }
+                lane.votes.discredit(from);
+                self.metrics.forged_states += 1;
+                return self.reject(from, hash, Offence::ForgedState, detail, out);
+            }
+            // Nothing to check it against, and no lineage of our own to weigh it against
+            // (a late joiner, a restarted or far-behind peer): a plurality is not enough.
+            // A peer on a lineage of its own (a healed partition) goes with the plurality,
+            // or two halves of a swarm split into many states would never join again.
+            Evidence::Unverifiable if joining && !lane.votes.backed(voted_round, hash) => {
+                self.metrics.unbacked_states += 1;
+                let until = now.saturating_add(self.settings.period_ms());
+                self.block_state(hash, until);
+                return;
+            }
+            Evidence::Unverifiable => {}
         }
         out.extend(lane.adopt(self.me, state, hash, &self.settings, &mut self.metrics));
     }

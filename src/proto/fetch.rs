@@ -48,10 +48,7 @@ impl Protocol {
             let f = self.end_fetch(&hash);
             if let Some(InFlight { kind: Kind::State { .. }, fragment, .. }) = f {
                 self.lanes[fragment].state_fetch = None;
-                if self.unreachable.len() >= MAX_REJECTED {
-                    self.unreachable.clear();
-                }
-                self.unreachable.insert(hash, now.saturating_add(2 * self.settings.period_ms()));
+                self.block_state(hash, now.saturating_add(2 * self.settings.period_ms()));
             }
             self.metrics.fetch_failures += 1;
             return;
@@ -120,7 +117,9 @@ impl Protocol {
         let Some(f) = self.end_fetch(&hash) else { return };
         match f.kind {
             Kind::Delta { .. } => self.accept_delta(from, hash, bytes, &f, now, out),
-            Kind::State { round } => self.accept_state(from, hash, &bytes, f.fragment, round, out),
+            Kind::State { round } => {
+                self.accept_state(from, hash, &bytes, f.fragment, round, now, out)
+            }
         }
     }
 
@@ -135,6 +134,14 @@ impl Protocol {
         self.metrics.rejected += 1;
         self.note_rejected(hash);
         misbehaved(out, from, offence, detail);
+    }
+
+    /// Does not chase state `hash` again before `until`.
+    pub(super) fn block_state(&mut self, hash: ContentHash, until: Millis) {
+        if self.unreachable.len() >= MAX_REJECTED {
+            self.unreachable.clear();
+        }
+        self.unreachable.insert(hash, until);
     }
 
     /// Remembers a payload not to fetch again.

@@ -144,6 +144,8 @@ pub enum Offence {
     BadPayload,
     /// A state whose round is not the one voted for, or that cannot exist yet.
     BadState,
+    /// A state that recomputing from its parent and contributions does not give.
+    ForgedState,
 }
 
 impl Offence {
@@ -158,6 +160,7 @@ impl Offence {
             Offence::ClaimMismatch => "claim_mismatch",
             Offence::BadPayload => "bad_payload",
             Offence::BadState => "bad_state",
+            Offence::ForgedState => "forged_state",
         }
     }
 }
@@ -185,5 +188,9 @@ pub struct Metrics {
     pub rejected: u64,
     /// Contributions dropped because they made a merge non-finite.
     pub nonfinite_dropped: u64,
+    /// Fetched states that recomputing from their parent and contributions refuted.
+    pub forged_states: u64,
+    /// Fetched states nobody here could recompute, left for lack of a backing majority.
+    pub unbacked_states: u64,
     pub refused_full: u64,
 }

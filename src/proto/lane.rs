@@ -73,7 +73,13 @@ pub(crate) struct Lane {
     /// The latest round this peer closed (merged, skipped, or covered by an adopted state).
     /// A skipped round does not advance the state's round, so "am I behind?" looks here.
     pub closed_round: u64,
+    /// The state held before the latest merge or adoption, with its hash: the parent a
+    /// competing state of the same round names, checked against (src/proto/evidence.rs).
+    pub prior: Option<(ContentHash, FragmentState)>,
 }
+
+/// A held contribution decoded for a merge: hash, author, weighed tokens and steps, values.
+pub(crate) type Decoded = (ContentHash, PeerId, u64, u64, Vec<f32>);
 
 /// Which contributions a round merges: those made for rounds `round − lag − lateness ..=
 /// round − lag`. With `lag = 1` a round merges the previous round's deltas, which have had a
@@ -126,6 +132,7 @@ impl Lane {
             state_fetch: None,
             last_snapshot_at: None,
             closed_round: 0,
+            prior: None,
         }
     }
 
@@ -211,33 +218,14 @@ impl Lane {
         self.closed_round = self.closed_round.max(open.round);
         let (round, opened_at, quorum_at, grace_ms) =
             (open.round, open.opened_at, open.quorum_at, open.grace_ms);
-        let max_steps = settings.max_weighted_steps();
-        // Held payloads passed every check on arrival; decoding them again cannot fail
-        // unless memory was corrupted, and such a payload is simply left out.
-        let decoded: Vec<(ContentHash, PeerId, u64, u64, Vec<f32>)> = self
+        let pending: Vec<ContentHash> = self
             .held
             .iter()
             .filter(|(_, h)| h.merged_at.is_none() && w.eligible(h.round, round))
-            .filter_map(|(hash, h)| {
-                let d = delta::decode(&h.bytes, &self.spec, limits).ok()?;
-                // A claim of more steps than a round allows weighs as if it held the
-                // bound, tokens scaled alike (claims were checked against the manifest).
-                let steps = h.steps.min(max_steps);
-                let tokens =
-                    (u128::from(h.tokens) * u128::from(steps) / u128::from(h.steps.max(1))) as u64;
-                Some((*hash, h.origin, tokens, steps, d.values))
-            })
+            .map(|(hash, _)| *hash)
             .collect();
-        let mut inputs: Vec<Input<'_>> = decoded
-            .iter()
-            .map(|(hash, author, tokens, steps, values)| Input {
-                hash: *hash,
-                author: *author,
-                tokens: *tokens,
-                steps: *steps,
-                values,
-            })
-            .collect();
+        let decoded = self.decode_held(&pending, settings, limits);
+        let mut inputs = merge_inputs(&decoded);
         // The incremental count can overstate what is mergeable (a counted delta may have
         // been found merged by an adopted state since); the set itself decides.
         if inputs.len() < r.quorum {
@@ -262,6 +250,8 @@ impl Lane {
             m.skipped_rounds += 1;
             return (vec![Output::Skipped { fragment: self.spec.id, round }], dropped);
         }
+        self.prior = Some((self.state_hash, self.state.clone()));
+        self.state.parent = self.state_hash;
         self.state.anchor = anchor;
         self.state.momentum = momentum;
         let merged: Vec<ContentHash> = inputs.iter().map(|i| i.hash).collect();
@@ -296,6 +286,31 @@ impl Lane {
             grace_ms,
         };
         (self.after_state_change(settings, Output::Merged(report)), dropped)
+    }
+
+    /// Decodes held contributions for a merge, in the order given. Held payloads passed
+    /// every check on arrival; decoding them again cannot fail unless memory was
+    /// corrupted, and such a payload is simply left out.
+    pub fn decode_held(
+        &self,
+        hashes: &[ContentHash],
+        settings: &Settings,
+        limits: &Limits,
+    ) -> Vec<Decoded> {
+        let max_steps = settings.max_weighted_steps();
+        hashes
+            .iter()
+            .filter_map(|hash| {
+                let h = self.held.get(hash)?;
+                let d = delta::decode(&h.bytes, &self.spec, limits).ok()?;
+                // A claim of more steps than a round allows weighs as if it held the
+                // bound, tokens scaled alike (claims were checked against the manifest).
+                let steps = h.steps.min(max_steps);
+                let tokens =
+                    (u128::from(h.tokens) * u128::from(steps) / u128::from(h.steps.max(1))) as u64;
+                Some((*hash, h.origin, tokens, steps, d.values))
+            })
+            .collect()
     }
 
     /// Outputs shared by merge and adoption: the anchor for the trainer, the state
@@ -388,7 +403,7 @@ impl Lane {
                 )));
             }
         }
-        self.state = new;
+        self.prior = Some((self.state_hash, std::mem::replace(&mut self.state, new)));
         self.state_hash = hash;
         self.votes.record(me, self.state.round, hash);
         self.closed_round = self.closed_round.max(new_round);
@@ -411,4 +426,18 @@ impl Lane {
         out.extend(self.after_state_change(settings, report));
         out
     }
+}
+
+/// The merge's view of decoded contributions.
+pub(crate) fn merge_inputs(decoded: &[Decoded]) -> Vec<Input<'_>> {
+    decoded
+        .iter()
+        .map(|(hash, author, tokens, steps, values)| Input {
+            hash: *hash,
+            author: *author,
+            tokens: *tokens,
+            steps: *steps,
+            values,
+        })
+        .collect()
 }

@@ -9,9 +9,10 @@
 //! identities could otherwise outvote the swarm or make a peer believe it is behind. Only
 //! *credited* voters count — peers whose deltas this peer fetched, decoded and accepted
 //! (verified work), and this peer itself. Votes of others are kept (bounded)
-//! and count as soon as their voter is credited.
+//! and count as soon as their voter is credited. A voter caught vouching for a forged
+//! state (src/proto/evidence.rs) loses its credit for good.
 
-use super::fasthash::FastMap;
+use super::fasthash::{FastMap, FastSet};
 use super::PeerId;
 use crate::delta::ContentHash;
 use std::collections::BTreeMap;
@@ -27,6 +28,8 @@ pub struct Votes {
     capacity: usize,
     /// Highest round of a counted vote (O(1) "am I behind?" checks on every message).
     max_round: u64,
+    /// Voters that vouched for a forged state: never credited again (bounded).
+    discredited: FastSet<PeerId>,
 }
 
 /// The winning state of a round.
@@ -42,7 +45,14 @@ pub struct Leader {
 
 impl Votes {
     pub fn new(me: PeerId, capacity: usize) -> Self {
-        Self { me, latest: FastMap::default(), credits: FastMap::default(), capacity, max_round: 0 }
+        Self {
+            me,
+            latest: FastMap::default(),
+            credits: FastMap::default(),
+            capacity,
+            max_round: 0,
+            discredited: FastSet::default(),
+        }
     }
 
     /// Whether `peer`'s votes count.
@@ -52,6 +62,9 @@ impl Votes {
 
     /// `peer` made a contribution for `round` that this peer verified and accepted.
     pub fn credit(&mut self, peer: PeerId, round: u64) {
+        if self.discredited.contains(&peer) {
+            return;
+        }
         let full = self.credits.len() >= self.capacity;
         match self.credits.entry(peer) {
             std::collections::hash_map::Entry::Occupied(mut e) => {
@@ -90,6 +103,33 @@ impl Votes {
         if self.counts(&peer) {
             self.max_round = self.max_round.max(round);
         }
+    }
+
+    /// `peer` vouched for a forged state: its votes stop counting, for good.
+    pub fn discredit(&mut self, peer: PeerId) {
+        if peer == self.me {
+            return;
+        }
+        self.credits.remove(&peer);
+        if self.discredited.len() < self.capacity {
+            self.discredited.insert(peer);
+        }
+        self.max_round = self.counted().map(|(_, (r, _))| *r).max().unwrap_or(0);
+    }
+
+    /// The counted voters holding `hash` for `round`.
+    pub fn holders(&self, round: u64, hash: ContentHash) -> Vec<PeerId> {
+        let mut h: Vec<PeerId> =
+            self.counted().filter(|(_, v)| **v == (round, hash)).map(|(p, _)| *p).collect();
+        h.sort_unstable();
+        h
+    }
+
+    /// Whether `hash` wins `round` with at least half of the round's counted voters (ties
+    /// at exactly half go to the smallest hash, as in [`Votes::leader`]): what adopting a
+    /// state nobody can recompute asks for, instead of a mere plurality.
+    pub fn backed(&self, round: u64, hash: ContentHash) -> bool {
+        self.leader(round).is_some_and(|l| l.hash == hash && 2 * l.holders.len() >= l.voters)
     }
 
     /// Highest round anyone announced (0 if none).

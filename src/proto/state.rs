@@ -7,10 +7,15 @@
 //! adopt what that state has already absorbed, and re-queue what it had merged itself but
 //! the adopted lineage had not.
 //!
-//! Wire form v1 (little-endian): magic "ATST", u16 version, u32 fragment, u64 round,
-//! u32 numel, anchor f32×numel, momentum f32×numel, u32 log length, then per entry
-//! u64 round, u32 count, u64 short-id×count (sorted). The state hash is blake3 of exactly
-//! these bytes, so equal hashes mean equal anchors, momenta and logs.
+//! A state also names its *parent*, the state its last merge started from: with the log's
+//! last entry (the contributions of that merge) it is the evidence a peer holding the
+//! parent and those deltas checks bit for bit before adopting it (src/proto/evidence.rs).
+//!
+//! Wire form v2 (little-endian): magic "ATST", u16 version, u32 fragment, u64 round,
+//! parent hash (32 bytes), u32 numel, anchor f32×numel, momentum f32×numel, u32 log
+//! length, then per entry u64 round, u32 count, u64 short-id×count (sorted). The state
+//! hash is blake3 of exactly these bytes, so equal hashes mean equal anchors, momenta,
+//! parents and logs.
 
 use super::fasthash::FastSet;
 use crate::delta::ContentHash;
@@ -19,7 +24,7 @@ use std::collections::VecDeque;
 
 const MAGIC: [u8; 4] = *b"ATST";
 /// Version of the state wire format.
-pub const STATE_WIRE_VERSION: u16 = 1;
+pub const STATE_WIRE_VERSION: u16 = 2;
 /// Most ids one log entry may hold on the wire (bounds allocation on decode).
 pub const MAX_IDS_PER_ROUND: usize = 1 << 20;
 /// Most log entries on the wire (max lateness is at most 64 rounds).
@@ -31,6 +36,8 @@ pub struct FragmentState {
     pub fragment: u32,
     /// The round whose merge produced this state (0: the initial anchor).
     pub round: u64,
+    /// Hash of the state that merge started from (all zero for the initial state).
+    pub parent: ContentHash,
     pub anchor: Vec<f32>,
     pub momentum: Vec<f32>,
     /// `(round, sorted short ids merged in it)` for recent rounds, oldest first.
@@ -69,6 +76,7 @@ impl FragmentState {
         Self {
             fragment,
             round: 0,
+            parent: ContentHash([0; 32]),
             anchor,
             momentum,
             log: VecDeque::new(),
@@ -107,6 +115,7 @@ impl FragmentState {
         sink.put(&STATE_WIRE_VERSION.to_le_bytes());
         sink.put(&self.fragment.to_le_bytes());
         sink.put(&self.round.to_le_bytes());
+        sink.put(&self.parent.0);
         sink.put(&(self.anchor.len() as u32).to_le_bytes());
         for v in self.anchor.iter().chain(&self.momentum) {
             sink.put(&v.to_le_bytes());
@@ -137,7 +146,7 @@ impl FragmentState {
 
     /// Size of the wire form.
     pub fn wire_len(&self) -> usize {
-        26 + 8 * self.anchor.len()
+        58 + 8 * self.anchor.len()
             + self.log.iter().map(|(_, ids)| 12 + 8 * ids.len()).sum::<usize>()
     }
 
@@ -156,6 +165,7 @@ impl FragmentState {
             return Err(StateError::WrongFragment { got: fragment, want: spec.id });
         }
         let round = u64::from_le_bytes(r.array()?);
+        let parent = ContentHash(r.array()?);
         let numel = u32::from_le_bytes(r.array()?);
         if numel as usize != spec.numel() {
             return Err(StateError::WrongLength { got: numel, want: spec.numel() });
@@ -195,7 +205,7 @@ impl FragmentState {
         }
         let index = log.iter().flat_map(|(_, ids)| ids.iter().copied()).collect();
         let (anchor, momentum) = (anchor.to_vec(), momentum.to_vec());
-        Ok(Self { fragment, round, anchor, momentum, log, index })
+        Ok(Self { fragment, round, parent, anchor, momentum, log, index })
     }
 }
 
@@ -289,7 +299,7 @@ mod tests {
         let bytes = s.to_bytes();
         assert!(FragmentState::from_bytes(&bytes[..bytes.len() - 1], &spec(2)).is_err());
         let mut bad = bytes.clone();
-        bad[22..26].copy_from_slice(&f32::NAN.to_le_bytes());
+        bad[54..58].copy_from_slice(&f32::NAN.to_le_bytes()); // the first anchor value
         assert_eq!(FragmentState::from_bytes(&bad, &spec(2)), Err(StateError::NonFinite));
         assert!(matches!(
             FragmentState::from_bytes(&bytes, &spec(3)),

@@ -224,3 +224,4 @@ fn a_state_nobody_can_serve_is_not_chased_round_after_round() {
 }
 
 mod attacks;
+mod states;

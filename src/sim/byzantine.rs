@@ -56,6 +56,9 @@ pub enum Forgery {
     MaxRound,
     /// Voted for the round just merged; a poisoned anchor and a made-up merged-id log.
     ForgedLog,
+    /// Voted for the round just merged; the attacker's own state (its parent and its
+    /// contribution set, which honest peers hold) with a poisoned anchor.
+    KnownParent,
 }
 
 impl Attack {
@@ -76,6 +79,7 @@ impl Attack {
             vote(Forgery::FutureRound),
             vote(Forgery::MaxRound),
             vote(Forgery::ForgedLog),
+            vote(Forgery::KnownParent),
         ]
     }
 }
@@ -334,15 +338,19 @@ impl Sim {
         let p = s.fragment as usize;
         let Some(mine) = self.protocol(i).map(|x| x.state(p).clone()) else { return };
         let poison: Vec<f32> = mine.anchor.iter().map(|a| -10.0 * a).collect();
-        let mut state = FragmentState::initial(s.fragment, poison);
+        let mut state = FragmentState::initial(s.fragment, poison.clone());
         let (voted, payload_round) = match forged {
             Forgery::FutureRound => (s.round + 1, s.round + 1),
             Forgery::MaxRound => (s.round + 1, u64::MAX),
-            Forgery::ForgedLog => (s.round, s.round),
+            Forgery::ForgedLog | Forgery::KnownParent => (s.round, s.round),
         };
         state.momentum = mine.momentum.clone();
         state.record(payload_round, vec![0xdead_beef, u64::from(s.fragment)], 4);
         state.round = payload_round;
+        if forged == Forgery::KnownParent {
+            state = mine;
+            state.anchor = poison;
+        }
         let bytes: Arc<[u8]> = state.to_bytes().into();
         let hash = ContentHash::of(&bytes);
         let vote =
