@@ -15,12 +15,14 @@
 //! (the swarm is quiet), then applies its final anchors, evaluates them and exits.
 
 pub mod anchors;
+mod error;
 pub mod ledger;
 mod setup;
 pub mod status;
 pub mod wire;
 pub mod worker;
 
+pub use error::NodeError;
 pub use setup::{initial_anchors, proto_peer};
 use setup::{open_protocol, open_trainer};
 
@@ -74,6 +76,9 @@ pub struct NodeOptions {
     /// quiet, evaluate, exit).
     pub duration: Option<Duration>,
     pub checkpoint_every: u64,
+    /// Called once the network listens, with this peer's id and listen addresses (the
+    /// command line prints them for others to bootstrap from).
+    pub on_listening: Option<Box<dyn FnOnce(atoll_net::PeerId, &[atoll_net::Multiaddr]) + Send>>,
 }
 
 /// How a node ended.
@@ -90,12 +95,11 @@ pub struct NodeReport {
 pub async fn run(
     mut opts: NodeOptions,
     stop: impl std::future::Future<Output = ()>,
-) -> anyhow::Result<NodeReport> {
-    use anyhow::Context;
+) -> Result<NodeReport, NodeError> {
     let settings = opts.manifest.validate()?;
     opts.manifest.check_corpus(&opts.corpus)?;
     std::fs::create_dir_all(&opts.run_dir)
-        .with_context(|| format!("cannot create run dir {}", opts.run_dir.display()))?;
+        .map_err(|source| NodeError::RunDir { path: opts.run_dir.clone(), source })?;
     let started_unix_ms = status::unix_ms();
     let (mut trainer, fresh) = open_trainer(&opts)?;
     let plan = FragmentPlan::new(&tensor_specs(trainer.model()), settings.raw().fragments)?;
@@ -110,13 +114,12 @@ pub async fn run(
     }
 
     opts.net.run_id = opts.manifest.name.clone();
-    let mut node = Node::start(opts.net.clone()).await.context("cannot start the network")?;
+    let mut node = Node::start(opts.net.clone()).await?;
     let client = node.client.clone();
     let manifest_bytes = Bytes::from(opts.manifest.to_bytes());
     client.put_blob(manifest_bytes)?;
-    println!("peer_id {}", client.peer_id());
-    for a in &node.listen_addrs {
-        println!("listening {a}");
+    if let Some(tell) = opts.on_listening.take() {
+        tell(client.peer_id(), &node.listen_addrs);
     }
     tracing::info!(
         run = %opts.manifest.name, manifest = %opts.manifest.run_id(), params = param_count,
@@ -144,7 +147,7 @@ pub async fn run(
     let worker = std::thread::Builder::new()
         .name("atoll-trainer".into())
         .spawn(move || worker::run(setup, worker_rx, worker_tx))
-        .context("cannot start the training thread")?;
+        .map_err(NodeError::Thread)?;
 
     let proto_id = ledger::peer_hex(proto_peer(&client.peer_id()));
     let mut lp = Loop {
@@ -245,7 +248,7 @@ impl Loop {
         mut from_worker: mpsc::Receiver<FromWorker>,
         duration: Option<Duration>,
         stop: impl std::future::Future<Output = ()>,
-    ) -> anyhow::Result<NodeReport> {
+    ) -> Result<NodeReport, NodeError> {
         tokio::pin!(stop);
         let deadline = duration.map(|d| tokio::time::Instant::now() + d);
         let mut stopping = false;
@@ -277,9 +280,9 @@ impl Loop {
                             anchor_hashes: self.status.anchor_hashes.clone(),
                         });
                     }
-                    Some(FromWorker::Failed(e)) => anyhow::bail!("training stopped: {e}"),
+                    Some(FromWorker::Failed(e)) => return Err(NodeError::Training(e)),
                     Some(other) => self.on_worker(other).await,
-                    None => anyhow::bail!("the training thread ended unexpectedly"),
+                    None => return Err(NodeError::WorkerGone),
                 },
                 _ = tokio::time::sleep(Duration::from_millis(sleep_ms)), if next_timer.is_some() => {
                     let now = self.now();

@@ -199,6 +199,12 @@ async fn train(args: Args) -> anyhow::Result<()> {
         target_step: args.steps,
         duration: args.duration.map(Duration::from_secs),
         checkpoint_every: args.checkpoint_every,
+        on_listening: Some(Box::new(|peer, addrs| {
+            println!("peer_id {peer}");
+            for a in addrs {
+                println!("listening {a}");
+            }
+        })),
     };
     let report = node::run(opts, shutdown_signal()).await?;
     println!(

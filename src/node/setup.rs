@@ -1,6 +1,7 @@
 //! Opening a node: the trainer (resumed or fresh), the protocol state (saved anchors or
 //! the run's initial parameters) and the protocol's id of a libp2p peer.
 
+use super::error::NodeError;
 use crate::backend::Backend;
 use crate::fragment::FragmentPlan;
 use crate::model::params::read_fragment;
@@ -38,16 +39,13 @@ pub fn proto_peer(peer: &atoll_net::PeerId) -> PeerId {
 }
 
 /// The trainer of the run dir's checkpoint, or a fresh one (`true`).
-pub(super) fn open_trainer(opts: &NodeOptions) -> anyhow::Result<(Trainer, bool)> {
+pub(super) fn open_trainer(opts: &NodeOptions) -> Result<(Trainer, bool), NodeError> {
     let path = crate::checkpoint::path_in(&opts.run_dir);
     if path.exists() {
         let ckpt = crate::checkpoint::load(&path)?;
-        anyhow::ensure!(
-            ckpt.meta.config == opts.manifest.train,
-            "the checkpoint in {} belongs to another run (its training settings differ from \
-             the manifest's); use another run dir",
-            opts.run_dir.display()
-        );
+        if ckpt.meta.config != opts.manifest.train {
+            return Err(NodeError::OtherRun(opts.run_dir.clone()));
+        }
         tracing::info!(step = ckpt.meta.state.step, "resuming from checkpoint");
         return Ok((ckpt.into_trainer(&opts.corpus)?, false));
     }
@@ -76,7 +74,7 @@ pub(super) fn open_protocol(
     opts: &NodeOptions,
     settings: &Settings,
     plan: &FragmentPlan,
-) -> anyhow::Result<Protocol> {
+) -> Result<Protocol, NodeError> {
     let seed = opts.manifest.train.seed ^ u64::from(opts.shard.index);
     let key_peer = atoll_net::PeerId::from(opts.net.keypair.public());
     let me = proto_peer(&key_peer);
