@@ -15,7 +15,10 @@
 //! (the swarm is quiet), then applies its final anchors, evaluates them and exits.
 
 pub mod anchors;
+mod effects;
 mod error;
+mod fetches;
+mod inputs;
 pub mod ledger;
 mod setup;
 pub mod status;
@@ -29,21 +32,20 @@ use setup::{open_protocol, open_trainer};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::Arc;
+
 use std::time::Duration;
 
-use atoll_net::{BlobHash, NetClient, NetConfig, NetEvent, Node, RejectReason};
+use atoll_net::{NetClient, NetConfig, NetEvent, Node};
 use bytes::Bytes;
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
 
 use crate::backend::Backend;
 use crate::data::{Corpus, Shard};
-use crate::delta::ContentHash;
+
 use crate::fragment::FragmentPlan;
 use crate::manifest::{Manifest, RunId};
 use crate::model::params::{tensor_specs, write_fragment};
-use crate::proto::{Event, Message, Millis, Offence, Output, PeerId, Protocol, Timer};
+use crate::proto::{Event, Millis, Offence, PeerId, Protocol, Timer};
 use status::TrainingStatus;
 use worker::{FromWorker, ToWorker, WorkerSetup};
 
@@ -60,6 +62,9 @@ const REANNOUNCE_DELAY_MS: u64 = 1_000;
 const MAX_REPORTED: usize = 4096;
 /// Most protocol ids mapped back to libp2p peer ids (fetch sources, penalties).
 const MAX_PEER_IDS: usize = 16_384;
+
+/// Told this peer's id and listen addresses once the network listens.
+pub type OnListening = Box<dyn FnOnce(atoll_net::PeerId, &[atoll_net::Multiaddr]) + Send>;
 
 /// Everything a training peer needs.
 pub struct NodeOptions {
@@ -78,7 +83,7 @@ pub struct NodeOptions {
     pub checkpoint_every: u64,
     /// Called once the network listens, with this peer's id and listen addresses (the
     /// command line prints them for others to bootstrap from).
-    pub on_listening: Option<Box<dyn FnOnce(atoll_net::PeerId, &[atoll_net::Multiaddr]) + Send>>,
+    pub on_listening: Option<OnListening>,
 }
 
 /// How a node ended.
@@ -159,7 +164,7 @@ pub async fn run(
         period: settings.period_ms(),
         timers: BinaryHeap::new(),
         peers: HashMap::new(),
-        fetches: JoinSet::new(),
+        fetches: fetches::Fetches::default(),
         foreign: HashSet::new(),
         reported: HashSet::new(),
         to_worker,
@@ -186,6 +191,7 @@ pub async fn run(
         tracing::info!("joining a running swarm: fetching its anchors before training");
     }
     let result = lp.drive(&mut node.events, from_worker, opts.duration, stop).await;
+    lp.fetches.shutdown();
     // Closing the command channel ends a worker that is still running (after an error).
     lp.to_worker = mpsc::channel(1).0;
     let _ = worker.join();
@@ -210,7 +216,7 @@ struct Loop {
     timers: BinaryHeap<Reverse<(Millis, Timer)>>,
     /// libp2p ids behind the protocol's peer ids.
     peers: HashMap<PeerId, atoll_net::PeerId>,
-    fetches: JoinSet<Event>,
+    fetches: fetches::Fetches,
     /// (peer, run id) pairs of foreign messages already explained in the log.
     foreign: HashSet<(atoll_net::PeerId, [u8; 32])>,
     /// Offenders already logged, with the offence (one line each; bounded).
@@ -294,11 +300,9 @@ impl Loop {
                     }
                 }
                 Some(ev) = events.recv() => self.on_net(ev).await,
-                Some(done) = self.fetches.join_next(), if !self.fetches.is_empty() => {
-                    if let Ok(ev) = done {
-                        let outs = self.proto.handle(ev, self.now());
-                        self.carry_out(outs).await;
-                    }
+                Some(ev) = self.fetches.next(), if !self.fetches.is_empty() => {
+                    let outs = self.proto.handle(ev, self.now());
+                    self.carry_out(outs).await;
                 }
                 _ = tick.tick() => {
                     self.release_if_caught_up().await;
@@ -387,219 +391,5 @@ impl Loop {
                 return;
             }
         }
-    }
-
-    async fn on_worker(&mut self, msg: FromWorker) {
-        match msg {
-            FromWorker::Snapshot { fragment, round, params, tokens, steps } => {
-                let ev = Event::Snapshot { fragment, round, params, tokens, steps };
-                let outs = self.proto.handle(ev, self.now());
-                self.carry_out(outs).await;
-            }
-            FromWorker::Step { step, tokens, loss, tokens_per_s } => {
-                if self.status.join_ms.is_none() {
-                    let ms = status::unix_ms().saturating_sub(self.started_unix_ms);
-                    self.status.join_ms = Some(ms);
-                    self.status.join_rounds = self.status.round.clone();
-                    tracing::info!(ms, "first inner step");
-                }
-                self.status.step = step;
-                self.status.tokens = tokens;
-                self.status.loss = Some(loss);
-                self.status.tokens_per_s = tokens_per_s;
-                self.last_change = self.now();
-            }
-            FromWorker::Validation(r) => {
-                self.status.val_bpb = Some(r.val_bpb);
-                self.status.tokens = r.tokens;
-                tracing::info!(step = r.step, val_bpb = format!("{:.3}", r.val_bpb), "validation");
-            }
-            FromWorker::Trained { step } => {
-                self.status.trained = true;
-                self.status.step = step;
-                self.last_change = self.now();
-                tracing::info!(step, "training done; merging until the swarm is quiet");
-            }
-            FromWorker::Finished { .. } | FromWorker::Failed(_) => {}
-        }
-    }
-
-    async fn on_net(&mut self, ev: NetEvent) {
-        match ev {
-            NetEvent::Announcement { from, author, payload } => {
-                // Messages are signed (strict validation), so the author is known and is the
-                // one credited; a forwarder (`from`) never is.
-                let Some(sender) = author else {
-                    tracing::debug!(peer = %from, "unsigned announcement ignored");
-                    return;
-                };
-                if self.allow.as_ref().is_some_and(|a| !a.contains(&sender)) {
-                    // atoll-net disconnects such peers; whatever slipped through is ignored.
-                    return;
-                }
-                match wire::decode(&payload) {
-                    Ok((run, msg)) if run == self.run_id.0 => {
-                        let id = proto_peer(&sender);
-                        self.remember_peer(id, sender);
-                        let outs = self.proto.handle(Event::Message { from: id, msg }, self.now());
-                        self.carry_out(outs).await;
-                    }
-                    Ok((run, _)) => self.on_foreign(sender, run),
-                    Err(e) => {
-                        let key = (proto_peer(&sender), Offence::BadPayload);
-                        if self.reported.len() < MAX_REPORTED && self.reported.insert(key) {
-                            tracing::warn!(peer = %sender, error = %e, "malformed protocol message");
-                        }
-                        let _ = self.client.report(sender, RejectReason::Malformed).await;
-                    }
-                }
-            }
-            NetEvent::RunPeerJoined(p) => {
-                self.remember_peer(proto_peer(&p), p);
-                // A newcomer learns where the swarm is from state announcements; ours come
-                // once per period, so say it again (once its subscription has reached us).
-                self.reannounce_at.get_or_insert(self.now() + REANNOUNCE_DELAY_MS);
-            }
-            NetEvent::RunPeerLeft(_) => {}
-            NetEvent::PeerPenalised { peer, reason } => {
-                tracing::warn!(%peer, ?reason, "peer penalised");
-            }
-            NetEvent::UploadAbuse { peer, refused } => {
-                tracing::warn!(%peer, refused, "peer keeps asking for more than its share");
-                let _ = self.client.penalize(peer, "upload_abuse").await;
-            }
-            other => tracing::debug!(event = ?other, "network event"),
-        }
-    }
-
-    /// A message of another run manifest: refused; the first one from each peer makes us
-    /// fetch its manifest and log what differs.
-    fn on_foreign(&mut self, peer: atoll_net::PeerId, run: [u8; 32]) {
-        self.status.foreign_messages += 1;
-        if self.foreign.len() >= 1024 || !self.foreign.insert((peer, run)) {
-            return;
-        }
-        let client = self.client.clone();
-        let ours = self.manifest.clone();
-        tokio::spawn(async move {
-            let max = crate::manifest::MAX_BYTES as u64;
-            let theirs = client.fetch_blob_limited(BlobHash(run), &[peer], max).await;
-            let diff = match theirs.map(|b| Manifest::from_bytes(&b)) {
-                Ok(Ok(m)) => m.diff(&ours).join("; "),
-                Ok(Err(e)) => format!("its manifest is invalid: {e}"),
-                Err(e) => format!("its manifest could not be fetched: {e}"),
-            };
-            tracing::warn!(
-                %peer, run = %RunId(run),
-                "refusing messages of a peer with another run manifest (theirs ≠ ours): {diff}"
-            );
-        });
-    }
-
-    async fn carry_out(&mut self, outs: Vec<Output>) {
-        let mut queue = outs;
-        queue.reverse();
-        while let Some(out) = queue.pop() {
-            match out {
-                Output::SetTimer { at, timer } => self.timers.push(Reverse((at, timer))),
-                Output::Snapshot { fragment, round } => {
-                    let cmd = ToWorker::Snapshot { fragment, round };
-                    if self.finishing || self.to_worker.send(cmd).await.is_err() {
-                        // No trainer any more: nothing trained since.
-                        let params = self.proto.state(fragment).anchor.clone();
-                        let ev = Event::Snapshot { fragment, round, params, tokens: 0, steps: 0 };
-                        let mut more = self.proto.handle(ev, self.now());
-                        more.reverse();
-                        queue.extend(more);
-                    }
-                }
-                Output::Broadcast(msg) => self.broadcast(msg),
-                Output::Fetch { from, also, hash, max_len } => {
-                    self.fetch(from, &also, hash, max_len)
-                }
-                Output::Apply(a) => {
-                    if !self.finishing {
-                        let _ = self.to_worker.send(ToWorker::Apply(a)).await;
-                    }
-                }
-                Output::Merged(r) => {
-                    self.status.merges += 1;
-                    self.ledger.record(status::unix_ms(), &r);
-                    self.last_change = self.now();
-                    tracing::debug!(
-                        fragment = r.fragment,
-                        round = r.round,
-                        merged = r.merged.len(),
-                        late = r.late,
-                        "merged"
-                    );
-                    if let Err(e) = anchors::save(&self.run_dir, self.proto.state(r.fragment)) {
-                        tracing::error!(error = %e, "cannot save anchors; training goes on");
-                    }
-                }
-                Output::Skipped { fragment, round } => {
-                    self.status.skipped += 1;
-                    tracing::debug!(fragment, round, "round skipped (no quorum)");
-                }
-                Output::Adopted { fragment, round, previous_round, .. } => {
-                    self.status.adopted += 1;
-                    self.last_change = self.now();
-                    tracing::info!(fragment, round, previous_round, "adopted the swarm's state");
-                    if let Err(e) = anchors::save(&self.run_dir, self.proto.state(fragment)) {
-                        tracing::error!(error = %e, "cannot save anchors; training goes on");
-                    }
-                }
-                Output::Misbehaved { peer, offence, detail } => {
-                    *self.status.rejected.entry(offence.as_str().to_owned()).or_default() += 1;
-                    let libp2p_id = self.peers.get(&peer).copied();
-                    // One line per offender and offence; the counts go to status.json.
-                    if self.reported.len() < MAX_REPORTED && self.reported.insert((peer, offence)) {
-                        let id = libp2p_id.map(|p| p.to_string()).unwrap_or_default();
-                        tracing::warn!(peer = %id, %offence, %detail, "peer misbehaved");
-                    }
-                    if let Some(p) = libp2p_id {
-                        let _ = self.client.penalize(p, offence.as_str()).await;
-                    }
-                }
-            }
-        }
-    }
-
-    /// Stores the announced payload so peers can fetch it, then gossips the announcement.
-    fn broadcast(&mut self, msg: Message) {
-        let hash = match &msg {
-            Message::Contribution(c) => c.hash,
-            Message::State(s) => s.hash,
-        };
-        if let Some(bytes) = self.proto.serve(&hash) {
-            if let Err(e) = self.client.put_blob(Bytes::copy_from_slice(&bytes)) {
-                tracing::warn!(error = %e, "cannot store a payload for serving");
-            }
-        }
-        let payload = wire::encode(&self.run_id.0, &msg);
-        let client = self.client.clone();
-        tokio::spawn(async move {
-            if let Err(e) = client.publish(payload).await {
-                tracing::debug!(error = %e, "announcement not published");
-            }
-        });
-    }
-
-    /// Fetches from `from` and every other holder at once: atoll-net spreads the chunks
-    /// over them and resumes from the others when one leaves (a late joiner's state comes
-    /// from several donors).
-    fn fetch(&mut self, from: PeerId, also: &[PeerId], hash: ContentHash, max_len: u64) {
-        let client = self.client.clone();
-        let sources: Vec<atoll_net::PeerId> =
-            std::iter::once(&from).chain(also).filter_map(|p| self.peers.get(p).copied()).collect();
-        self.fetches.spawn(async move {
-            match client.fetch_blob_limited(BlobHash(hash.0), &sources, max_len).await {
-                Ok(bytes) => Event::Fetched { from, hash, bytes: Arc::from(&bytes[..]) },
-                Err(e) => {
-                    tracing::debug!(error = %e, "fetch failed");
-                    Event::FetchFailed { from, hash }
-                }
-            }
-        });
     }
 }

@@ -78,8 +78,8 @@ fn names(line: &str, word: &str) -> bool {
     line.match_indices(word).any(|(at, _)| {
         let before = line[..at].chars().next_back();
         let after = line[at + word.len()..].chars().next();
-        !before.is_some_and(ident)
-            && !before.is_some_and(|c| c == '.')
+        // Not a longer identifier, and not a method or field (`.instant`).
+        before.is_none_or(|c| !ident(c) && c != '.')
             && (word.ends_with('!') || !after.is_some_and(ident))
     })
 }

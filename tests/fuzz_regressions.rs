@@ -116,6 +116,6 @@ fn a_model_record_with_an_integer_dtype_is_an_error_not_a_panic() {
     file[body..].copy_from_slice(&trailer);
     std::fs::write(&path, &file).unwrap();
     let loaded = checkpoint::load(&path).expect("the trailer matches");
-    let err = loaded.into_trainer(&corpus).err().expect("restoring must fail");
+    let Err(err) = loaded.into_trainer(&corpus) else { panic!("restoring must fail") };
     assert!(err.to_string().contains("checkpoint tensors"), "{err}");
 }

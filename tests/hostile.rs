@@ -12,6 +12,7 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -128,7 +129,13 @@ fn attacker(
         cfg.bootstrap = addrs;
         let mut node = Node::start(cfg).await.unwrap();
         let me = node.client.peer_id();
-        let mut a = Attack { client: node.client.clone(), run_id, me: proto_peer(&me), done: 0 };
+        let mut a = Attack {
+            client: node.client.clone(),
+            run_id,
+            me: proto_peer(&me),
+            done: 0,
+            numel: HashMap::new(),
+        };
         while !stop.load(Ordering::Relaxed) {
             let ev = tokio::time::timeout(Duration::from_millis(200), node.events.recv()).await;
             let Ok(Some(NetEvent::Announcement { author: Some(author), payload, .. })) = ev else {
@@ -153,6 +160,8 @@ struct Attack {
     me: PeerId,
     /// Honest deltas attacked so far (each round gets another variant).
     done: u64,
+    /// Values per fragment, learnt from the first delta fetched.
+    numel: HashMap<u32, usize>,
 }
 
 impl Attack {
@@ -187,8 +196,16 @@ impl Attack {
 
     /// Attacks 1, 2, 5, 6, 7, 13: variants of an honest delta it fetched.
     async fn on_delta(&mut self, author: atoll_net::PeerId, c: ContributionAnnounce) {
+        // 7 first: two different deltas of its own for the round, sent before any fetch,
+        // so they are fresh even when this process lags behind the swarm.
+        if let Some(&n) = self.numel.get(&c.fragment) {
+            for v in [0.0f32, 1e-3] {
+                self.announce(&c, &vec![v; n], c.tokens, c.steps, Codec::Q4).await;
+            }
+        }
         let Ok(bytes) = self.client.fetch_blob(BlobHash(c.hash.0), &[author]).await else { return };
         let Some(values) = decode_any(&bytes, c.fragment) else { return };
+        self.numel.insert(c.fragment, values.len());
         self.done += 1;
         let poison: Vec<f32> = values.iter().map(|v| -10.0 * v).collect();
         // 1 + 13: the −10× delta claiming 2⁴⁰ tokens in one step (refused before fetching),

@@ -351,11 +351,18 @@ impl Harness {
                     assert!(fragment < 2);
                     self.snapshots.push((fragment, round));
                 }
-                Output::Fetch { from, hash, max_len, .. } => {
+                Output::Fetch { hash, holders, max_len, .. } => {
+                    // Asked once per hash: never while a fetch of it is pending.
+                    assert!(
+                        !self.fetches.iter().any(|(_, h, _)| *h == hash),
+                        "a second fetch of {hash} while one runs"
+                    );
+                    let from = holders.first().copied().unwrap_or(PeerId(0));
                     if self.fetches.len() < 512 {
                         self.fetches.push((from, hash, max_len));
                     }
                 }
+                Output::CancelFetch { hash } => self.fetches.retain(|(_, h, _)| *h != hash),
                 Output::Apply(a) => {
                     assert_eq!(a.anchor.len(), self.plan.fragments[a.fragment].numel());
                     assert!(a.anchor.iter().all(|v| v.is_finite()), "non-finite anchor applied");

@@ -50,10 +50,8 @@ pub(super) struct Claim {
 pub(super) struct InFlight {
     pub(super) fragment: usize,
     pub(super) kind: Kind,
-    pub(super) sources: Vec<PeerId>,
-    pub(super) attempts: u32,
     pub(super) announced_at: Millis,
-    /// When the current attempt times out.
+    /// When the fetch is given up (and cancelled).
     pub(super) deadline: Millis,
     pub(super) max_len: u64,
 }
@@ -160,7 +158,7 @@ impl Protocol {
             Event::Fetched { from, hash, bytes } => {
                 self.on_fetched(from, hash, bytes, now, &mut out)
             }
-            Event::FetchFailed { hash, .. } => self.retry(hash, now, &mut out),
+            Event::FetchFailed { hash, .. } => self.give_up(hash, now),
         }
         out
     }

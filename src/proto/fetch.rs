@@ -1,5 +1,6 @@
-//! Fetches of announced payloads: one table of what is in flight, retries from the next
-//! source, one sweep timer for all deadlines, and verification on arrival.
+//! Fetches of announced payloads: one table of what is in flight, one [`Output::Fetch`]
+//! per hash (the executor owns sources, hedging and retries), one sweep timer for all
+//! deadlines, and verification on arrival.
 
 use super::core::{misbehaved, InFlight, Kind, Protocol};
 use super::io::{Offence, Output, Timer};
@@ -12,15 +13,16 @@ use std::sync::Arc;
 const MAX_REJECTED: usize = 4096;
 
 impl Protocol {
-    /// Starts fetching `hash` (announced with `max_len` bytes) from `sources`; a delta's
-    /// announced size counts against the held-bytes budget until [`Self::end_fetch`].
+    /// Starts fetching `hash` (announced with `max_len` bytes) from `holders`: one
+    /// [`Output::Fetch`] with the deadline; a delta's announced size counts against the
+    /// held-bytes budget until [`Self::end_fetch`].
     #[allow(clippy::too_many_arguments)]
     pub(super) fn start_fetch(
         &mut self,
         hash: ContentHash,
         fragment: usize,
         kind: Kind,
-        sources: Vec<PeerId>,
+        holders: Vec<PeerId>,
         max_len: u64,
         now: Millis,
         out: &mut Vec<Output>,
@@ -28,40 +30,27 @@ impl Protocol {
         if matches!(kind, Kind::Delta { .. }) {
             self.in_flight_bytes += max_len;
         }
-        let f = InFlight {
-            fragment,
-            kind,
-            sources,
-            attempts: 0,
-            announced_at: now,
-            deadline: now,
-            max_len,
-        };
-        self.in_flight.insert(hash, f);
-        self.retry(hash, now, out);
-    }
-
-    /// (Re)issues the fetch of `hash` from its next source, or gives up.
-    pub(super) fn retry(&mut self, hash: ContentHash, now: Millis, out: &mut Vec<Output>) {
-        let Some(f) = self.in_flight.get_mut(&hash) else { return };
-        if f.attempts >= self.settings.raw().fetch_attempts {
-            let f = self.end_fetch(&hash);
-            if let Some(InFlight { kind: Kind::State { .. }, fragment, .. }) = f {
-                self.lanes[fragment].state_fetch = None;
-                self.block_state(hash, now.saturating_add(2 * self.settings.period_ms()));
-            }
-            self.metrics.fetch_failures += 1;
-            return;
-        }
-        let from = f.sources[f.attempts as usize % f.sources.len()];
-        let also = f.sources.iter().copied().filter(|&s| s != from).collect();
-        f.attempts += 1;
-        f.deadline = now.saturating_add(self.settings.raw().fetch_timeout_ms);
+        let r = self.settings.raw();
+        let deadline =
+            now.saturating_add(r.fetch_timeout_ms.saturating_mul(u64::from(r.fetch_attempts)));
+        self.in_flight
+            .insert(hash, InFlight { fragment, kind, announced_at: now, deadline, max_len });
         self.metrics.fetches += 1;
-        out.push(Output::Fetch { from, also, hash, max_len: f.max_len });
+        out.push(Output::Fetch { hash, holders, max_len, deadline });
         if self.sweep_at.is_none() {
             self.arm_sweep(now, out);
         }
+    }
+
+    /// The fetch of `hash` failed or ran out of time: forget it (a state is not chased
+    /// again for two periods).
+    pub(super) fn give_up(&mut self, hash: ContentHash, now: Millis) {
+        let Some(f) = self.end_fetch(&hash) else { return };
+        if let Kind::State { .. } = f.kind {
+            self.lanes[f.fragment].state_fetch = None;
+            self.block_state(hash, now.saturating_add(2 * self.settings.period_ms()));
+        }
+        self.metrics.fetch_failures += 1;
     }
 
     /// Removes a fetch from the table, releasing the bytes it held in the budget.
@@ -81,6 +70,7 @@ impl Protocol {
         out.push(Output::SetTimer { at, timer: Timer::FetchSweep });
     }
 
+    /// Gives up (and cancels) every fetch past its deadline.
     pub(super) fn sweep(&mut self, now: Millis, out: &mut Vec<Output>) {
         if self.sweep_at.is_none_or(|at| at > now) {
             return;
@@ -90,7 +80,8 @@ impl Protocol {
             self.in_flight.iter().filter(|(_, f)| f.deadline <= now).map(|(h, _)| *h).collect();
         expired.sort_unstable();
         for hash in expired {
-            self.retry(hash, now, out);
+            self.give_up(hash, now);
+            out.push(Output::CancelFetch { hash });
         }
         if !self.in_flight.is_empty() && self.sweep_at.is_none() {
             self.arm_sweep(now, out);
@@ -112,7 +103,7 @@ impl Protocol {
             let detail = "payload does not match its hash".to_string();
             misbehaved(out, from, Offence::BadPayload, detail);
             self.metrics.rejected += 1;
-            return self.retry(hash, now, out);
+            return self.give_up(hash, now);
         }
         let Some(f) = self.end_fetch(&hash) else { return };
         match f.kind {

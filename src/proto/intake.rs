@@ -87,7 +87,6 @@ impl Protocol {
             if let Kind::Delta { claims } = &mut f.kind {
                 if claims.len() < 8 && !claims.contains(&claim) {
                     claims.push(claim);
-                    f.sources.push(from);
                     self.lanes[p].claims.insert((from, c.round), c.hash);
                 }
             }

@@ -48,7 +48,8 @@ pub enum Event {
         hash: ContentHash,
         bytes: Arc<[u8]>,
     },
-    /// A fetch failed (peer gone, refused, too large); the core retries elsewhere.
+    /// A fetch failed: no holder delivered it (gone, refused, too large, too slow). The
+    /// core does not retry: the executor already tried every holder it was given.
     FetchFailed {
         from: PeerId,
         hash: ContentHash,
@@ -98,11 +99,14 @@ pub struct Contribution {
 pub enum Output {
     /// Gossip this message (encode with [`super::encode_message`]).
     Broadcast(Message),
-    /// Fetch the payload `hash` (at most `max_len` bytes) from `from`, spreading the
-    /// transfer over the other known holders `also` where the transport can; answer with
-    /// [`Event::Fetched`] or [`Event::FetchFailed`] (naming `from`). Serve others with
-    /// [`super::Protocol::serve`].
-    Fetch { from: PeerId, also: Vec<PeerId>, hash: ContentHash, max_len: u64 },
+    /// Fetch the payload `hash` (at most `max_len` bytes) from any of `holders` (start
+    /// with the first: the core spreads load by the order) by `deadline`. Issued once per
+    /// hash: the executor owns sources, hedging, retries and timeouts, and answers exactly
+    /// once, with [`Event::Fetched`] or [`Event::FetchFailed`] (naming a holder), unless
+    /// [`Output::CancelFetch`] came first. Serve others with [`super::Protocol::serve`].
+    Fetch { hash: ContentHash, holders: Vec<PeerId>, max_len: u64, deadline: Millis },
+    /// Stop fetching `hash` (its deadline passed); no answer is expected.
+    CancelFetch { hash: ContentHash },
     /// Deliver [`Event::Timer`] with `timer` at time `at`.
     SetTimer { at: Millis, timer: Timer },
     /// Take a snapshot of the fragment's parameters and counters; answer with

@@ -64,9 +64,11 @@ pub struct RawSettings {
     /// When, as a fraction of the period after a round opened, a peer compares its anchor
     /// hash with the others' and starts fetching the majority state. Default 0.5.
     pub reconcile_at: f64,
-    /// A fetch not answered within this many ms is retried from another source.
+    /// Time per fetch attempt: a payload not fetched within `fetch_timeout_ms ×
+    /// fetch_attempts` is given up. Sources, hedging and retries within that deadline are
+    /// the transport's (atoll-net); the core asks once.
     pub fetch_timeout_ms: u64,
-    /// Fetch attempts per payload before giving up.
+    /// See `fetch_timeout_ms`.
     pub fetch_attempts: u32,
     /// Most contributions held per fragment (pending or recently merged). Default 4096.
     pub max_held: usize,

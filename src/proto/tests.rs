@@ -223,5 +223,49 @@ fn a_state_nobody_can_serve_is_not_chased_round_after_round() {
     assert_eq!(fetches(&p.handle(vote(6), t + 2_100)), 1);
 }
 
+/// The core asks for a payload once, with every holder and a deadline; it never asks
+/// again while the fetch runs (retries are the transport's), and cancels it at the
+/// deadline.
+#[test]
+fn a_payload_is_fetched_once_and_cancelled_at_its_deadline() {
+    let mut p = peer(1, 0);
+    p.start(0);
+    let (c, _) = delta_by(7, 1, 0.1);
+    let mut out =
+        p.handle(Event::Message { from: PeerId(7), msg: Message::Contribution(c.clone()) }, 1_000);
+    let asked: Vec<(Vec<PeerId>, Millis)> = out
+        .iter()
+        .filter_map(|o| match o {
+            Output::Fetch { hash, holders, deadline, .. } if *hash == c.hash => {
+                Some((holders.clone(), *deadline))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(asked.len(), 1);
+    let (holders, deadline) = asked[0].clone();
+    assert_eq!(holders, vec![PeerId(7)]);
+    let r = settings(0).raw().clone();
+    assert_eq!(deadline, 1_000 + r.fetch_timeout_ms * u64::from(r.fetch_attempts));
+    // Fire every timer the core sets until well past the deadline: no second Fetch.
+    let mut cancelled = false;
+    for _ in 0..10_000 {
+        let next = timers(&out).into_iter().filter(|(at, _)| *at <= deadline + 1_000).min();
+        let Some((at, t)) = next else { break };
+        out.retain(|o| !matches!(o, Output::SetTimer { at: a, timer } if (*a, *timer) == (at, t)));
+        let more = p.handle(Event::Timer(t), at);
+        assert!(
+            !more.iter().any(|o| matches!(o, Output::Fetch { hash, .. } if *hash == c.hash)),
+            "asked for {} again at {at}",
+            c.hash
+        );
+        cancelled |=
+            more.iter().any(|o| matches!(o, Output::CancelFetch { hash } if *hash == c.hash));
+        out.extend(more);
+    }
+    assert!(cancelled, "the fetch was not cancelled at its deadline");
+    assert_eq!(p.metrics().fetch_failures, 1);
+}
+
 mod attacks;
 mod states;

@@ -41,35 +41,64 @@ impl Sim {
         self.carry_out(i, outs);
     }
 
-    /// The reply to a request reaching `server` at `arrive`.
-    fn serve(
+    /// The fetch contract of [`Output::Fetch`], as atoll-net keeps it: the holders in the
+    /// order given, each until it answers or an attempt times out (`fetch_timeout_ms`),
+    /// payloads checked against their hash, until one delivers or the deadline passes;
+    /// then exactly one answer (none after the deadline: the core gives up by itself).
+    /// Payloads are immutable by hash, so each answer is computed now and only its timing
+    /// is simulated.
+    fn fetch(
         &mut self,
-        server: usize,
         requester: usize,
         inc: u32,
         hash: ContentHash,
+        holders: &[PeerId],
         max_len: u64,
-        arrive: u64,
+        deadline: u64,
     ) {
-        let Some(p) = self.slots[server].proto.as_ref() else { return };
-        let from = PeerId(server as u64);
-        let reply = match self.byz.serve(server, &hash).or_else(|| p.serve(&hash)) {
-            Some(bytes) if bytes.len() as u64 <= max_len => {
-                let len = bytes.len();
-                let at = self.net.bulk(&mut self.rng, server, requester, arrive, len);
-                self.bytes[server].payload_sent += len as u64;
-                at.map(|at| {
-                    self.bytes[requester].payload_received += len as u64;
-                    (at, Event::Fetched { from, hash, bytes })
-                })
+        let attempt = self.settings().raw().fetch_timeout_ms;
+        let mut t = self.now;
+        let mut asked = None;
+        for &holder in holders {
+            let Some(server) = super::byzantine::server_of(holder, self.slots.len()) else {
+                continue;
+            };
+            if t >= deadline {
+                return;
             }
-            _ => {
-                let at = self.net.small(&mut self.rng, server, requester, arrive);
-                at.map(|at| (at, Event::FetchFailed { from, hash }))
+            asked = Some(holder);
+            let Some(arrive) = self.net.small(&mut self.rng, requester, server, t) else {
+                t = t.saturating_add(attempt);
+                continue;
+            };
+            let Some(p) = self.slots[server].proto.as_ref() else {
+                t = t.saturating_add(attempt);
+                continue;
+            };
+            let bytes = self.byz.serve(server, &hash).or_else(|| p.serve(&hash));
+            match bytes {
+                Some(bytes) if bytes.len() as u64 <= max_len && ContentHash::of(&bytes) == hash => {
+                    let len = bytes.len();
+                    self.bytes[server].payload_sent += len as u64;
+                    match self.net.bulk(&mut self.rng, server, requester, arrive, len) {
+                        Some(at) if at <= deadline => {
+                            self.bytes[requester].payload_received += len as u64;
+                            let event = Event::Fetched { from: holder, hash, bytes };
+                            self.queue.push(at, Ev::Proto { peer: requester, inc, event });
+                            return;
+                        }
+                        _ => t = t.saturating_add(attempt),
+                    }
+                }
+                _ => {
+                    let refused = self.net.small(&mut self.rng, server, requester, arrive);
+                    t = refused.unwrap_or(t.saturating_add(attempt));
+                }
             }
-        };
-        if let Some((at, event)) = reply {
-            self.queue.push(at, Ev::Proto { peer: requester, inc, event });
+        }
+        if let Some(from) = asked.filter(|_| t < deadline) {
+            let event = Event::FetchFailed { from, hash };
+            self.queue.push(t, Ev::Proto { peer: requester, inc, event });
         }
     }
 
@@ -96,16 +125,12 @@ impl Sim {
         match o {
             Output::Broadcast(msg) if self.byz.is_hostile(i) => self.hostile_broadcast(i, msg),
             Output::Broadcast(msg) => self.broadcast(i, msg),
-            Output::Fetch { from, hash, max_len, .. } => {
-                // The server answers when the request arrives; payloads are immutable by
-                // hash, so the answer is computed now and only its timing is simulated
-                // (one queue event per fetch instead of two).
-                if let Some(server) = super::byzantine::server_of(from, self.slots.len()) {
-                    if let Some(at) = self.net.small(&mut self.rng, i, server, self.now) {
-                        self.serve(server, i, inc, hash, max_len, at);
-                    }
-                }
+            Output::Fetch { hash, holders, max_len, deadline } => {
+                let deadline = deadline.saturating_sub(self.slots[i].skew);
+                self.fetch(i, inc, hash, &holders, max_len, deadline)
             }
+            // Every fetch is answered or dropped by the deadline; nothing to stop.
+            Output::CancelFetch { .. } => {}
             Output::SetTimer { at, timer } => {
                 let at = at.saturating_sub(self.slots[i].skew).max(self.now);
                 self.queue.push(at, Ev::Proto { peer: i, inc, event: Event::Timer(timer) });

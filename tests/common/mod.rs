@@ -41,16 +41,9 @@ pub fn test_dir(prefix: &str) -> tempfile::TempDir {
 }
 
 /// Protocol settings of the tiny runs: rounds of 200 ms (h 10 × 20 ms), grace cap 40 ms,
-/// and fetch attempts of 400 ms (the default 2 s would be ten rounds here: a fragment
-/// chasing a state whose holders moved on would sit out ten rounds per attempt).
+/// and the default fetch settings (atoll-net hedges and retries within the deadline).
 pub fn tiny_protocol() -> RawSettings {
-    RawSettings {
-        h: 10,
-        step_ms: 20,
-        grace_cap_ms: 40,
-        fetch_timeout_ms: 400,
-        ..atoll::manifest::default_protocol()
-    }
+    RawSettings { h: 10, step_ms: 20, grace_cap_ms: 40, ..atoll::manifest::default_protocol() }
 }
 
 /// A manifest of `train` on the embedded corpus with [`tiny_protocol`] (epoch 0).

@@ -373,7 +373,8 @@ mod generated {
                 };
                 // Every fetch the core asks for is answered with garbage or a failure.
                 for o in out {
-                    if let Output::Fetch { from, hash, .. } = o {
+                    if let Output::Fetch { holders, hash, .. } = o {
+                        let from = holders.first().copied().unwrap_or(PeerId(0));
                         p.handle(Event::FetchFailed { from, hash }, now);
                     }
                 }

@@ -79,7 +79,7 @@ fn a_forged_state_is_recomputed_refused_and_its_voters_discredited() {
     // Three credited voters against one: the same parent and contribution set, a
     // poisoned anchor.
     let mut forged = ours.clone();
-    forged.anchor.iter_mut().for_each(|a| *a = -10.0 * *a);
+    forged.anchor.iter_mut().for_each(|a| *a *= -10.0);
     let out = vote_and_serve(&mut p, &[2, 3, 4], &forged, 1200);
     assert_eq!(offences(&out), vec![Offence::ForgedState]);
     assert_eq!(p.state(0), &ours, "the forgery was adopted");

@@ -1,0 +1,134 @@
+//! The effects of the protocol core's outputs, carried out by the node: timers, snapshots
+//! and anchors for the trainer, gossip, fetch tasks (one per hash), anchors on disk, logs.
+
+use std::cmp::Reverse;
+use std::sync::Arc;
+use std::time::Duration;
+
+use atoll_net::BlobHash;
+use bytes::Bytes;
+
+use super::worker::ToWorker;
+use super::{anchors, status, wire, Loop, MAX_REPORTED};
+use crate::delta::ContentHash;
+use crate::proto::{Event, Message, Millis, Output, PeerId};
+
+impl Loop {
+    pub(super) async fn carry_out(&mut self, outs: Vec<Output>) {
+        let mut queue = outs;
+        queue.reverse();
+        while let Some(out) = queue.pop() {
+            match out {
+                Output::SetTimer { at, timer } => self.timers.push(Reverse((at, timer))),
+                Output::Snapshot { fragment, round } => {
+                    let cmd = ToWorker::Snapshot { fragment, round };
+                    if self.finishing || self.to_worker.send(cmd).await.is_err() {
+                        // No trainer any more: nothing trained since.
+                        let params = self.proto.state(fragment).anchor.clone();
+                        let ev = Event::Snapshot { fragment, round, params, tokens: 0, steps: 0 };
+                        let mut more = self.proto.handle(ev, self.now());
+                        more.reverse();
+                        queue.extend(more);
+                    }
+                }
+                Output::Broadcast(msg) => self.broadcast(msg),
+                Output::Fetch { hash, holders, max_len, deadline } => {
+                    self.fetch(hash, &holders, max_len, deadline)
+                }
+                Output::CancelFetch { hash } => self.fetches.cancel(&hash),
+                Output::Apply(a) => {
+                    if !self.finishing {
+                        let _ = self.to_worker.send(ToWorker::Apply(a)).await;
+                    }
+                }
+                Output::Merged(r) => {
+                    self.status.merges += 1;
+                    self.ledger.record(status::unix_ms(), &r);
+                    self.last_change = self.now();
+                    tracing::debug!(
+                        fragment = r.fragment,
+                        round = r.round,
+                        merged = r.merged.len(),
+                        late = r.late,
+                        "merged"
+                    );
+                    if let Err(e) = anchors::save(&self.run_dir, self.proto.state(r.fragment)) {
+                        tracing::error!(error = %e, "cannot save anchors; training goes on");
+                    }
+                }
+                Output::Skipped { fragment, round } => {
+                    self.status.skipped += 1;
+                    tracing::debug!(fragment, round, "round skipped (no quorum)");
+                }
+                Output::Adopted { fragment, round, previous_round, .. } => {
+                    self.status.adopted += 1;
+                    self.last_change = self.now();
+                    tracing::info!(fragment, round, previous_round, "adopted the swarm's state");
+                    if let Err(e) = anchors::save(&self.run_dir, self.proto.state(fragment)) {
+                        tracing::error!(error = %e, "cannot save anchors; training goes on");
+                    }
+                }
+                Output::Misbehaved { peer, offence, detail } => {
+                    *self.status.rejected.entry(offence.as_str().to_owned()).or_default() += 1;
+                    let libp2p_id = self.peers.get(&peer).copied();
+                    // One line per offender and offence; the counts go to status.json.
+                    if self.reported.len() < MAX_REPORTED && self.reported.insert((peer, offence)) {
+                        let id = libp2p_id.map(|p| p.to_string()).unwrap_or_default();
+                        tracing::warn!(peer = %id, %offence, %detail, "peer misbehaved");
+                    }
+                    if let Some(p) = libp2p_id {
+                        let _ = self.client.penalize(p, offence.as_str()).await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Stores the announced payload so peers can fetch it, then gossips the announcement.
+    pub(super) fn broadcast(&mut self, msg: Message) {
+        let hash = match &msg {
+            Message::Contribution(c) => c.hash,
+            Message::State(s) => s.hash,
+        };
+        if let Some(bytes) = self.proto.serve(&hash) {
+            if let Err(e) = self.client.put_blob(Bytes::copy_from_slice(&bytes)) {
+                tracing::warn!(error = %e, "cannot store a payload for serving");
+            }
+        }
+        let payload = wire::encode(&self.run_id.0, &msg);
+        let client = self.client.clone();
+        tokio::spawn(async move {
+            if let Err(e) = client.publish(payload).await {
+                tracing::debug!(error = %e, "announcement not published");
+            }
+        });
+    }
+
+    /// Fetches `hash` from its holders, all at once: atoll-net spreads the chunks over
+    /// them, hedges slow ones and resumes from the others when one leaves (a late joiner's
+    /// state comes from several donors). One task per hash, stopped at the deadline.
+    pub(super) fn fetch(
+        &mut self,
+        hash: ContentHash,
+        holders: &[PeerId],
+        max_len: u64,
+        deadline: Millis,
+    ) {
+        let client = self.client.clone();
+        let sources: Vec<atoll_net::PeerId> =
+            holders.iter().filter_map(|p| self.peers.get(p).copied()).collect();
+        let from = holders.first().copied().unwrap_or(PeerId(0));
+        let budget = Duration::from_millis(deadline.saturating_sub(self.now()));
+        self.fetches.start(hash, async move {
+            let fetch = client.fetch_blob_limited(BlobHash(hash.0), &sources, max_len);
+            match tokio::time::timeout(budget, fetch).await {
+                Ok(Ok(bytes)) => Event::Fetched { from, hash, bytes: Arc::from(&bytes[..]) },
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "fetch failed");
+                    Event::FetchFailed { from, hash }
+                }
+                Err(_) => Event::FetchFailed { from, hash },
+            }
+        });
+    }
+}

@@ -1,0 +1,119 @@
+//! What the node's event loop does with its inputs: reports of the training thread and
+//! events of the network (announcements into the protocol core, peers joining, abuse).
+
+use atoll_net::NetEvent;
+use atoll_net::{BlobHash, RejectReason};
+
+use super::worker::FromWorker;
+use super::{proto_peer, status, wire, Loop, MAX_REPORTED, REANNOUNCE_DELAY_MS};
+use crate::manifest::{Manifest, RunId};
+use crate::proto::{Event, Offence};
+
+impl Loop {
+    pub(super) async fn on_worker(&mut self, msg: FromWorker) {
+        match msg {
+            FromWorker::Snapshot { fragment, round, params, tokens, steps } => {
+                let ev = Event::Snapshot { fragment, round, params, tokens, steps };
+                let outs = self.proto.handle(ev, self.now());
+                self.carry_out(outs).await;
+            }
+            FromWorker::Step { step, tokens, loss, tokens_per_s } => {
+                if self.status.join_ms.is_none() {
+                    let ms = status::unix_ms().saturating_sub(self.started_unix_ms);
+                    self.status.join_ms = Some(ms);
+                    self.status.join_rounds = self.status.round.clone();
+                    tracing::info!(ms, "first inner step");
+                }
+                self.status.step = step;
+                self.status.tokens = tokens;
+                self.status.loss = Some(loss);
+                self.status.tokens_per_s = tokens_per_s;
+                self.last_change = self.now();
+            }
+            FromWorker::Validation(r) => {
+                self.status.val_bpb = Some(r.val_bpb);
+                self.status.tokens = r.tokens;
+                tracing::info!(step = r.step, val_bpb = format!("{:.3}", r.val_bpb), "validation");
+            }
+            FromWorker::Trained { step } => {
+                self.status.trained = true;
+                self.status.step = step;
+                self.last_change = self.now();
+                tracing::info!(step, "training done; merging until the swarm is quiet");
+            }
+            FromWorker::Finished { .. } | FromWorker::Failed(_) => {}
+        }
+    }
+
+    pub(super) async fn on_net(&mut self, ev: NetEvent) {
+        match ev {
+            NetEvent::Announcement { from, author, payload } => {
+                // Messages are signed (strict validation), so the author is known and is the
+                // one credited; a forwarder (`from`) never is.
+                let Some(sender) = author else {
+                    tracing::debug!(peer = %from, "unsigned announcement ignored");
+                    return;
+                };
+                if self.allow.as_ref().is_some_and(|a| !a.contains(&sender)) {
+                    // atoll-net disconnects such peers; whatever slipped through is ignored.
+                    return;
+                }
+                match wire::decode(&payload) {
+                    Ok((run, msg)) if run == self.run_id.0 => {
+                        let id = proto_peer(&sender);
+                        self.remember_peer(id, sender);
+                        let outs = self.proto.handle(Event::Message { from: id, msg }, self.now());
+                        self.carry_out(outs).await;
+                    }
+                    Ok((run, _)) => self.on_foreign(sender, run),
+                    Err(e) => {
+                        let key = (proto_peer(&sender), Offence::BadPayload);
+                        if self.reported.len() < MAX_REPORTED && self.reported.insert(key) {
+                            tracing::warn!(peer = %sender, error = %e, "malformed protocol message");
+                        }
+                        let _ = self.client.report(sender, RejectReason::Malformed).await;
+                    }
+                }
+            }
+            NetEvent::RunPeerJoined(p) => {
+                self.remember_peer(proto_peer(&p), p);
+                // A newcomer learns where the swarm is from state announcements; ours come
+                // once per period, so say it again (once its subscription has reached us).
+                self.reannounce_at.get_or_insert(self.now() + REANNOUNCE_DELAY_MS);
+            }
+            NetEvent::RunPeerLeft(_) => {}
+            NetEvent::PeerPenalised { peer, reason } => {
+                tracing::warn!(%peer, ?reason, "peer penalised");
+            }
+            NetEvent::UploadAbuse { peer, refused } => {
+                tracing::warn!(%peer, refused, "peer keeps asking for more than its share");
+                let _ = self.client.penalize(peer, "upload_abuse").await;
+            }
+            other => tracing::debug!(event = ?other, "network event"),
+        }
+    }
+
+    /// A message of another run manifest: refused; the first one from each peer makes us
+    /// fetch its manifest and log what differs.
+    pub(super) fn on_foreign(&mut self, peer: atoll_net::PeerId, run: [u8; 32]) {
+        self.status.foreign_messages += 1;
+        if self.foreign.len() >= 1024 || !self.foreign.insert((peer, run)) {
+            return;
+        }
+        let client = self.client.clone();
+        let ours = self.manifest.clone();
+        tokio::spawn(async move {
+            let max = crate::manifest::MAX_BYTES as u64;
+            let theirs = client.fetch_blob_limited(BlobHash(run), &[peer], max).await;
+            let diff = match theirs.map(|b| Manifest::from_bytes(&b)) {
+                Ok(Ok(m)) => m.diff(&ours).join("; "),
+                Ok(Err(e)) => format!("its manifest is invalid: {e}"),
+                Err(e) => format!("its manifest could not be fetched: {e}"),
+            };
+            tracing::warn!(
+                %peer, run = %RunId(run),
+                "refusing messages of a peer with another run manifest (theirs ≠ ours): {diff}"
+            );
+        });
+    }
+}
