@@ -1,7 +1,7 @@
 //! atoll-net's blob protocol `/atoll/blob/1`: `wire::read_request` (what a server reads
 //! from any peer) and `wire::read_response` (what a fetcher reads from a source), driven
 //! with `futures::executor::block_on` over a `futures::io::Cursor`. Decoded values must
-//! re-encode to the bytes that were read; decoded manifests are checked with
+//! re-encode to the bytes that were read; decoded chunk lists are checked with
 //! `root` / `verify` / `verify_chunk` as the fetcher does.
 #![no_main]
 
@@ -34,7 +34,7 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(&out.into_inner()[..], &rest[..used]);
     assert_eq!(n, used);
     let _ = res.payload_len();
-    if let BlobResponse::Manifest(m) = &res {
+    if let BlobResponse::ChunkList(m) = &res {
         assert!(m.chunk_cvs.len() <= MAX_CHUNKS);
         assert_eq!(m.chunk_count(), chunk_count(m.size));
         let root = m.root();

@@ -1,11 +1,11 @@
-//! Content-addressed blobs: the hash, the chunk manifest and chunk verification.
+//! Content-addressed blobs: the hash, the chunk list and chunk verification.
 //!
 //! A blob is named by `blake3(bytes)`, the hash the protocol layer announces. To verify each
 //! ~1 MiB chunk on arrival (not only the whole blob at the end) we use the BLAKE3 tree
-//! itself, the idea behind Bao: a [`Manifest`] lists the chaining value of every 1 MiB
-//! subtree; merging them up the tree must give the blob hash, so a manifest from any peer is
+//! itself, the idea behind Bao: a [`ChunkList`] lists the chaining value of every 1 MiB
+//! subtree; merging them up the tree must give the blob hash, so a chunk list from any peer is
 //! checked before use, and each chunk is then checked against its chaining value. A lying
-//! source is caught on the first bad chunk. The manifest costs 32 bytes per MiB.
+//! source is caught on the first bad chunk. The chunk list costs 32 bytes per MiB.
 
 pub mod fetch;
 pub mod store;
@@ -21,9 +21,9 @@ use serde::{Deserialize, Serialize};
 
 /// Size of one transfer chunk: one aligned BLAKE3 subtree of 1024 chunks of 1 KiB.
 pub const CHUNK_SIZE: usize = 1 << 20;
-/// Largest blob the layer moves (4 GiB): bounds manifests and allocations from the wire.
+/// Largest blob the layer moves (4 GiB): bounds chunk lists and allocations from the wire.
 pub const MAX_BLOB_SIZE: u64 = 4 << 30;
-/// Most chunks in a manifest, implied by [`MAX_BLOB_SIZE`].
+/// Most chunks in a chunk list, implied by [`MAX_BLOB_SIZE`].
 pub const MAX_CHUNKS: usize = (MAX_BLOB_SIZE / CHUNK_SIZE as u64) as usize;
 
 /// The blake3 hash of a blob's bytes: its name everywhere in atoll.
@@ -75,16 +75,16 @@ pub fn chunk_range(size: u64, index: usize) -> Range<u64> {
 ///
 /// For a one-chunk blob the single entry is the blob hash itself (a lone chunk is the root).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Manifest {
+pub struct ChunkList {
     /// Blob size in bytes.
     pub size: u64,
     /// One chaining value per chunk, in order.
     pub chunk_cvs: Vec<[u8; 32]>,
 }
 
-impl Manifest {
-    /// Computes the manifest of `data` (one pass of hashing).
-    pub fn compute(data: &[u8]) -> Manifest {
+impl ChunkList {
+    /// Computes the chunk list of `data` (one pass of hashing).
+    pub fn compute(data: &[u8]) -> ChunkList {
         let size = data.len() as u64;
         let n = chunk_count(size);
         let chunk_cvs = if n == 1 {
@@ -92,7 +92,7 @@ impl Manifest {
         } else {
             (0..n).map(|i| chunk_cv(i, &data[range_usize(size, i)])).collect()
         };
-        Manifest { size, chunk_cvs }
+        ChunkList { size, chunk_cvs }
     }
 
     /// Number of chunks.
@@ -100,7 +100,7 @@ impl Manifest {
         self.chunk_cvs.len()
     }
 
-    /// The blob hash this manifest names (its tree root), or `None` if it is malformed.
+    /// The blob hash this chunk list names (its tree root), or `None` if it is malformed.
     /// Equal to `blake3::hash` of the blob, computed from the chaining values alone.
     pub fn root(&self) -> Option<BlobHash> {
         if self.size > MAX_BLOB_SIZE || self.chunk_cvs.len() != chunk_count(self.size) {
@@ -114,12 +114,12 @@ impl Manifest {
         Some(BlobHash(*root.as_bytes()))
     }
 
-    /// True when the manifest is well-formed and its tree root equals `hash`.
+    /// True when the chunk list is well-formed and its tree root equals `hash`.
     pub fn verify(&self, hash: &BlobHash) -> bool {
         self.root() == Some(*hash)
     }
 
-    /// True when `bytes` are exactly chunk `index` of the blob this (verified) manifest names.
+    /// True when `bytes` are exactly chunk `index` of the blob this (verified) chunk list names.
     pub fn verify_chunk(&self, index: usize, bytes: &[u8]) -> bool {
         let Some(expected) = self.chunk_cvs.get(index) else {
             return false;
@@ -175,14 +175,14 @@ mod tests {
     }
 
     #[test]
-    fn manifest_root_equals_blake3_at_boundaries() {
+    fn chunk_list_root_equals_blake3_at_boundaries() {
         let c = CHUNK_SIZE;
         for len in [0, 1, c - 1, c, c + 1, 2 * c, 3 * c + 7, 4 * c, 5 * c - 1] {
             let d = data(len);
-            let m = Manifest::compute(&d);
+            let m = ChunkList::compute(&d);
             let h = BlobHash::of(&d);
             assert_eq!(m.chunk_count(), chunk_count(len as u64), "len {len}");
-            assert!(m.verify(&h), "manifest does not verify for len {len}");
+            assert!(m.verify(&h), "chunk list does not verify for len {len}");
             assert_eq!(m.root(), Some(h));
             for i in 0..m.chunk_count() {
                 assert!(m.verify_chunk(i, &d[range_usize(len as u64, i)]), "len {len} chunk {i}");
@@ -191,10 +191,10 @@ mod tests {
     }
 
     #[test]
-    fn tampered_manifest_and_chunks_fail() {
+    fn tampered_chunk_list_and_chunks_fail() {
         let d = data(3 * CHUNK_SIZE + 5);
         let h = BlobHash::of(&d);
-        let m = Manifest::compute(&d);
+        let m = ChunkList::compute(&d);
         let mut bad = m.clone();
         bad.chunk_cvs[1][0] ^= 1;
         assert!(!bad.verify(&h));
@@ -216,7 +216,7 @@ mod tests {
         #[test]
         fn split_verify_reassemble(len in 0usize..(3 * CHUNK_SIZE + CHUNK_SIZE / 2)) {
             let d = data(len);
-            let m = Manifest::compute(&d);
+            let m = ChunkList::compute(&d);
             proptest::prop_assert_eq!(m.root(), Some(BlobHash::of(&d)));
             let mut out = Vec::with_capacity(len);
             for i in 0..m.chunk_count() {

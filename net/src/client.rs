@@ -14,7 +14,7 @@ use crate::blob::fetch;
 use crate::blob::fetch::sources::SourceBook;
 use crate::blob::store::BlobStore;
 use crate::blob::wire::{BlobRequest, BlobResponse};
-use crate::blob::{BlobHash, Manifest, MAX_BLOB_SIZE};
+use crate::blob::{BlobHash, ChunkList, MAX_BLOB_SIZE};
 use crate::counters::{NetStats, RejectReason};
 use crate::error::NetError;
 
@@ -153,9 +153,9 @@ impl NetClient {
     /// Stores a blob locally (hashing it once, on the caller's thread) so peers can fetch
     /// it. Returns its hash, `blake3(data)`.
     pub fn put_blob(&self, data: Bytes) -> Result<BlobHash, NetError> {
-        let manifest = Manifest::compute(&data);
-        let hash = manifest.root().unwrap_or_else(|| BlobHash::of(&data));
-        self.lock_store().insert(hash, data, Arc::new(manifest))?;
+        let chunk_list = ChunkList::compute(&data);
+        let hash = chunk_list.root().unwrap_or_else(|| BlobHash::of(&data));
+        self.lock_store().insert(hash, data, Arc::new(chunk_list))?;
         Ok(hash)
     }
 
@@ -177,7 +177,7 @@ impl NetClient {
     }
 
     /// Like [`NetClient::fetch_blob`], but refuses a blob larger than `max_size` bytes
-    /// (checked on the verified manifest, before the blob's memory is allocated). Use it
+    /// (checked on the verified chunk list, before the blob's memory is allocated). Use it
     /// when an announcement told the expected size.
     pub async fn fetch_blob_limited(
         &self,
@@ -194,21 +194,21 @@ impl NetClient {
                 all.push(p);
             }
         }
-        let (data, manifest) = fetch::fetch(self, hash, all, max_size).await?;
-        self.lock_store().insert(hash, data.clone(), Arc::new(manifest))?;
+        let (data, chunk_list) = fetch::fetch(self, hash, all, max_size).await?;
+        self.lock_store().insert(hash, data.clone(), Arc::new(chunk_list))?;
         Ok(data)
     }
 
-    /// Test hook: stores `data` under `hash` with `manifest` *without* checking that they
+    /// Test hook: stores `data` under `hash` with `chunk list` *without* checking that they
     /// match; this is how tests build a peer that serves wrong bytes. Never use it elsewhere.
     #[doc(hidden)]
     pub fn insert_unverified_for_tests(
         &self,
         hash: BlobHash,
         data: Bytes,
-        manifest: Manifest,
+        chunk_list: ChunkList,
     ) -> Result<(), NetError> {
-        self.lock_store().insert(hash, data, Arc::new(manifest))?;
+        self.lock_store().insert(hash, data, Arc::new(chunk_list))?;
         Ok(())
     }
 

@@ -70,9 +70,9 @@ pub enum RejectReason {
     Handshake,
     /// Blob stream that failed to decode (garbage on the blob protocol).
     BlobMalformed,
-    /// A manifest that does not hash to the blob it was asked for.
-    BadManifest,
-    /// A chunk that does not match the manifest.
+    /// A chunk list that does not hash to the blob it was asked for.
+    BadChunkList,
+    /// A chunk that does not match the chunk list.
     BadChunk,
     /// Peer that speaks another atoll wire version (identify).
     PeerVersion,
@@ -103,7 +103,7 @@ impl RejectReason {
             RejectReason::WrongVersion => "wrong_version",
             RejectReason::Handshake => "handshake",
             RejectReason::BlobMalformed => "blob_malformed",
-            RejectReason::BadManifest => "bad_manifest",
+            RejectReason::BadChunkList => "bad_chunk_list",
             RejectReason::BadChunk => "bad_chunk",
             RejectReason::PeerVersion => "peer_version",
             RejectReason::BadPayload => "bad_payload",
@@ -119,7 +119,7 @@ impl RejectReason {
     pub fn is_penalty(self) -> bool {
         matches!(
             self,
-            RejectReason::BadManifest | RejectReason::BadChunk | RejectReason::BadPayload
+            RejectReason::BadChunkList | RejectReason::BadChunk | RejectReason::BadPayload
         )
     }
 }

@@ -81,8 +81,8 @@ pub enum StoreError {
 pub enum FetchError {
     #[error("blob {hash} has {size} bytes, more than the {limit} bytes asked for")]
     TooLarge { hash: BlobHash, size: u64, limit: u64 },
-    #[error("no peer could serve the manifest of blob {0}")]
-    NoManifest(BlobHash),
+    #[error("no peer could serve the chunk list of blob {0}")]
+    NoChunkList(BlobHash),
     #[error("all sources failed for blob {hash}: {done} of {total} chunks fetched")]
     SourcesExhausted { hash: BlobHash, done: usize, total: usize },
     #[error("the node has shut down")]

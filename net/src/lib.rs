@@ -11,7 +11,7 @@
 //!   gossipsub with peer scoring, blob request-response, mDNS) and their settings.
 //! - [`transport`]: TCP+noise+yamux or QUIC, every substream byte counted.
 //! - [`announce`]: the versioned envelope of announcements and its checks.
-//! - [`blob`]: content addressing, verified chunk manifests, the store, the wire protocol
+//! - [`blob`]: content addressing, verified chunk lists, the store, the wire protocol
 //!   and multi-source fetching.
 //! - [`fault`]: fault injection for tests (a block list re-read from a file).
 //! - [`bans`]: strikes against misbehaving peers, bans and the ban file.
@@ -54,7 +54,7 @@ pub mod node;
 pub mod swarmkey;
 pub mod transport;
 
-pub use blob::{BlobHash, Manifest, CHUNK_SIZE};
+pub use blob::{BlobHash, ChunkList, CHUNK_SIZE};
 pub use client::{NetClient, NetEvent};
 pub use config::{NetConfig, DEFAULT_RUN_ID};
 pub use counters::{ByteCount, NetStats, RejectReason};

@@ -41,12 +41,13 @@ impl Sim {
         self.carry_out(i, outs);
     }
 
-    /// The fetch contract of [`Output::Fetch`], as atoll-net keeps it: the holders in the
-    /// order given, each until it answers or an attempt times out (`fetch_timeout_ms`),
-    /// payloads checked against their hash, until one delivers or the deadline passes;
-    /// then exactly one answer (none after the deadline: the core gives up by itself).
-    /// Payloads are immutable by hash, so each answer is computed now and only its timing
-    /// is simulated.
+    /// The fetch contract of [`Output::Fetch`], as atoll-net keeps it: the holders in
+    /// turn, each attempt until an answer or `fetch_timeout_ms` (a lost request or
+    /// transfer is retried, from the next holder), payloads checked against their hash,
+    /// until one delivers or the deadline passes; a holder that says it has nothing is not
+    /// asked again. Exactly one answer, none after the deadline (the core gives up by
+    /// itself). Payloads are immutable by hash, so each answer is computed now and only
+    /// its timing is simulated.
     fn fetch(
         &mut self,
         requester: usize,
@@ -56,26 +57,24 @@ impl Sim {
         max_len: u64,
         deadline: u64,
     ) {
-        let attempt = self.settings().raw().fetch_timeout_ms;
+        let attempt = self.settings().raw().fetch_timeout_ms.max(1);
+        let mut left: Vec<(PeerId, usize)> = holders
+            .iter()
+            .filter_map(|&h| Some((h, super::byzantine::server_of(h, self.slots.len())?)))
+            .collect();
         let mut t = self.now;
-        let mut asked = None;
-        for &holder in holders {
-            let Some(server) = super::byzantine::server_of(holder, self.slots.len()) else {
-                continue;
-            };
-            if t >= deadline {
-                return;
-            }
-            asked = Some(holder);
+        let mut next = 0;
+        while !left.is_empty() && t < deadline {
+            let (holder, server) = left[next % left.len()];
+            next += 1;
             let Some(arrive) = self.net.small(&mut self.rng, requester, server, t) else {
                 t = t.saturating_add(attempt);
                 continue;
             };
-            let Some(p) = self.slots[server].proto.as_ref() else {
-                t = t.saturating_add(attempt);
-                continue;
-            };
-            let bytes = self.byz.serve(server, &hash).or_else(|| p.serve(&hash));
+            let bytes = self.slots[server]
+                .proto
+                .as_ref()
+                .and_then(|p| self.byz.serve(server, &hash).or_else(|| p.serve(&hash)));
             match bytes {
                 Some(bytes) if bytes.len() as u64 <= max_len && ContentHash::of(&bytes) == hash => {
                     let len = bytes.len();
@@ -91,12 +90,16 @@ impl Sim {
                     }
                 }
                 _ => {
+                    // Nothing (or junk) from this holder: the others are asked.
                     let refused = self.net.small(&mut self.rng, server, requester, arrive);
                     t = refused.unwrap_or(t.saturating_add(attempt));
+                    next -= 1;
+                    left.remove(next % left.len());
                 }
             }
         }
-        if let Some(from) = asked.filter(|_| t < deadline) {
+        if left.is_empty() && t < deadline {
+            let from = holders.first().copied().unwrap_or(PeerId(0));
             let event = Event::FetchFailed { from, hash };
             self.queue.push(t, Ev::Proto { peer: requester, inc, event });
         }

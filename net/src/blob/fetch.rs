@@ -1,7 +1,7 @@
 //! Fetching a blob from several peers at once, every chunk verified.
 //!
 //! 1. Order the sources by reputation ([`sources::SourceBook`]: those slow before go
-//!    last), then ask them in turn for the manifest; a manifest that does not hash to the
+//!    last), then ask them in turn for the chunk list; a chunk list that does not hash to the
 //!    blob marks its sender as a liar. Holders keep that order.
 //! 2. Spread chunk requests over the holders ([`plan::ChunkPlan`]): a chunk that fails
 //!    verification drops and penalises its source; a source that errors or leaves is
@@ -10,7 +10,7 @@
 //!    another holder; an idle holder takes a copy (hedge) of a chunk outstanding too long.
 //!    The first verified answer wins.
 //!
-//! No final hash of the whole blob: a manifest whose root is the blob hash plus chunks that
+//! No final hash of the whole blob: a chunk list whose root is the blob hash plus chunks that
 //! match its chaining values *is* the BLAKE3 proof that the bytes hash to the blob hash.
 
 pub mod plan;
@@ -25,56 +25,56 @@ use tracing::{debug, info, warn};
 
 use self::plan::{ChunkPlan, Note, Outcome};
 use super::wire::{BlobRequest, BlobResponse};
-use super::{chunk_range, BlobHash, Manifest};
+use super::{chunk_range, BlobHash, ChunkList};
 use crate::client::NetClient;
 use crate::counters::RejectReason;
 use crate::error::{FetchError, NetError};
 
 pub use self::plan::INFLIGHT_PER_SOURCE;
 
-/// Sources asked for the manifest at once.
+/// Sources asked for the chunk list at once.
 const MANIFEST_PARALLEL: usize = 4;
-/// Once one source has answered with the manifest, how long the others of its batch may
+/// Once one source has answered with the chunk list, how long the others of its batch may
 /// still answer to join the transfer. A stalled source (paused process, dead link) must
 /// not hold the fetch until its request times out.
 const MANIFEST_STRAGGLE: std::time::Duration = std::time::Duration::from_millis(250);
-/// How long a batch of sources may take to answer for the manifest at all. A holder
+/// How long a batch of sources may take to answer for the chunk list at all. A holder
 /// answers in milliseconds; a stalled one must not hold the fetch for the whole request
 /// timeout when the others said they do not have the blob.
 const MANIFEST_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Fetches `hash` from `sources` (in preference order), refusing blobs above `max_size`
-/// bytes before allocating. Returns the bytes and the manifest.
+/// bytes before allocating. Returns the bytes and the chunk list.
 pub async fn fetch(
     client: &NetClient,
     hash: BlobHash,
     mut sources: Vec<PeerId>,
     max_size: u64,
-) -> Result<(Bytes, Manifest), NetError> {
+) -> Result<(Bytes, ChunkList), NetError> {
     client.lock_sources().order(&mut sources);
-    let (manifest, holders) = fetch_manifest(client, hash, sources).await?;
-    if manifest.size > max_size {
-        return Err(FetchError::TooLarge { hash, size: manifest.size, limit: max_size }.into());
+    let (chunk_list, holders) = fetch_chunk_list(client, hash, sources).await?;
+    if chunk_list.size > max_size {
+        return Err(FetchError::TooLarge { hash, size: chunk_list.size, limit: max_size }.into());
     }
-    let data = fetch_chunks(client, hash, &manifest, holders).await?;
-    Ok((data, manifest))
+    let data = fetch_chunks(client, hash, &chunk_list, holders).await?;
+    Ok((data, chunk_list))
 }
 
-/// Asks sources for the manifest; returns it with the peers that answered with it, in the
+/// Asks sources for the chunk list; returns it with the peers that answered with it, in the
 /// order of `sources`.
-async fn fetch_manifest(
+async fn fetch_chunk_list(
     client: &NetClient,
     hash: BlobHash,
     sources: Vec<PeerId>,
-) -> Result<(Manifest, Vec<PeerId>), NetError> {
+) -> Result<(ChunkList, Vec<PeerId>), NetError> {
     let mut holders: Vec<(usize, PeerId)> = Vec::new();
-    let mut found: Option<Manifest> = None;
+    let mut found: Option<ChunkList> = None;
     for (b, batch) in sources.chunks(MANIFEST_PARALLEL).enumerate() {
         let mut asks: FuturesUnordered<_> = batch
             .iter()
             .enumerate()
             .map(|(i, &peer)| async move {
-                let res = client.request_blob(peer, BlobRequest::Manifest { hash }).await;
+                let res = client.request_blob(peer, BlobRequest::ChunkList { hash }).await;
                 (b * MANIFEST_PARALLEL + i, peer, res)
             })
             .collect();
@@ -83,18 +83,18 @@ async fn fetch_manifest(
             let next = tokio::time::timeout_at(cutoff, asks.next()).await.unwrap_or(None);
             let Some((rank, peer, res)) = next else { break };
             match res {
-                Ok(BlobResponse::Manifest(m)) if m.verify(&hash) => {
+                Ok(BlobResponse::ChunkList(m)) if m.verify(&hash) => {
                     holders.push((rank, peer));
                     found.get_or_insert(m);
                     cutoff = cutoff.min(tokio::time::Instant::now() + MANIFEST_STRAGGLE);
                 }
-                Ok(BlobResponse::Manifest(_)) | Ok(BlobResponse::Chunk(_)) => {
-                    log_bad(client, peer, hash, RejectReason::BadManifest);
-                    client.report(peer, RejectReason::BadManifest).await?;
+                Ok(BlobResponse::ChunkList(_)) | Ok(BlobResponse::Chunk(_)) => {
+                    log_bad(client, peer, hash, RejectReason::BadChunkList);
+                    client.report(peer, RejectReason::BadChunkList).await?;
                 }
                 Ok(BlobResponse::NotFound) | Ok(BlobResponse::Busy) => {}
                 Err(NetError::Shutdown) => return Err(NetError::Shutdown),
-                Err(e) => debug!(peer = %peer, error = %e, "manifest request failed"),
+                Err(e) => debug!(peer = %peer, error = %e, "chunk list request failed"),
             }
         }
         // Keep asking later batches only while nobody has it: more holders are welcome but
@@ -106,18 +106,18 @@ async fn fetch_manifest(
     holders.sort_unstable_by_key(|(rank, _)| *rank);
     match found {
         Some(m) => Ok((m, holders.into_iter().map(|(_, p)| p).collect())),
-        None => Err(FetchError::NoManifest(hash).into()),
+        None => Err(FetchError::NoChunkList(hash).into()),
     }
 }
 
 async fn fetch_chunks(
     client: &NetClient,
     hash: BlobHash,
-    manifest: &Manifest,
+    chunk_list: &ChunkList,
     holders: Vec<PeerId>,
 ) -> Result<Bytes, NetError> {
-    let total = manifest.chunk_count();
-    let mut buf = vec![0u8; manifest.size as usize];
+    let total = chunk_list.chunk_count();
+    let mut buf = vec![0u8; chunk_list.size as usize];
     let prior = client.lock_sources().prior();
     let mut plan = ChunkPlan::new(total, &holders, prior);
     let mut inflight = FuturesUnordered::new();
@@ -146,15 +146,15 @@ async fn fetch_chunks(
         tokio::select! {
             Some((issue, res)) = inflight.next(), if !inflight.is_empty() => {
                 let outcome = match res {
-                    Ok(BlobResponse::Chunk(bytes)) if manifest.verify_chunk(issue.chunk, &bytes) => {
+                    Ok(BlobResponse::Chunk(bytes)) if chunk_list.verify_chunk(issue.chunk, &bytes) => {
                         let at = Instant::now();
                         if plan.on_answer(issue.id, Outcome::Verified, at) {
-                            let r = chunk_range(manifest.size, issue.chunk);
+                            let r = chunk_range(chunk_list.size, issue.chunk);
                             buf[r.start as usize..r.end as usize].copy_from_slice(&bytes);
                         }
                         continue;
                     }
-                    Ok(BlobResponse::Chunk(_)) | Ok(BlobResponse::Manifest(_)) => Outcome::Bad,
+                    Ok(BlobResponse::Chunk(_)) | Ok(BlobResponse::ChunkList(_)) => Outcome::Bad,
                     Ok(BlobResponse::Busy) => Outcome::Busy,
                     Ok(BlobResponse::NotFound) => Outcome::NotFound,
                     Err(NetError::Shutdown) => break Err(NetError::Shutdown),

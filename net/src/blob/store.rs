@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::{BlobHash, Manifest, MAX_BLOB_SIZE};
+use super::{BlobHash, ChunkList, MAX_BLOB_SIZE};
 use crate::error::StoreError;
 
 /// Default budget: 1 GiB.
@@ -17,12 +17,12 @@ pub const DEFAULT_STORE_BUDGET: u64 = 1 << 30;
 
 struct Entry {
     data: Bytes,
-    manifest: Arc<Manifest>,
+    chunk_list: Arc<ChunkList>,
     /// Tick of the last use; the key of this entry in `BlobStore::by_use`.
     last_used: u64,
 }
 
-/// Blobs by hash, with their manifests, under a byte budget.
+/// Blobs by hash, with their chunk lists, under a byte budget.
 pub struct BlobStore {
     budget: u64,
     used: u64,
@@ -48,13 +48,13 @@ impl BlobStore {
         }
     }
 
-    /// Stores `data` under its precomputed hash and manifest, evicting older blobs as needed.
+    /// Stores `data` under its precomputed hash and chunk list, evicting older blobs as needed.
     /// Returns the hashes evicted.
     pub fn insert(
         &mut self,
         hash: BlobHash,
         data: Bytes,
-        manifest: Arc<Manifest>,
+        chunk_list: Arc<ChunkList>,
     ) -> Result<Vec<BlobHash>, StoreError> {
         let size = data.len() as u64;
         if size > MAX_BLOB_SIZE {
@@ -83,15 +83,15 @@ impl BlobStore {
         self.largest = self.largest.max(size);
         self.tick += 1;
         self.by_use.insert(self.tick, hash);
-        self.entries.insert(hash, Entry { data, manifest, last_used: self.tick });
+        self.entries.insert(hash, Entry { data, chunk_list, last_used: self.tick });
         self.used += size;
         Ok(evicted)
     }
 
-    /// The blob and its manifest, marking it recently used.
-    pub fn get(&mut self, hash: &BlobHash) -> Option<(Bytes, Arc<Manifest>)> {
+    /// The blob and its chunk list, marking it recently used.
+    pub fn get(&mut self, hash: &BlobHash) -> Option<(Bytes, Arc<ChunkList>)> {
         self.touch(hash);
-        self.entries.get(hash).map(|e| (e.data.clone(), e.manifest.clone()))
+        self.entries.get(hash).map(|e| (e.data.clone(), e.chunk_list.clone()))
     }
 
     /// True if the blob is stored.
@@ -156,7 +156,7 @@ mod tests {
 
     fn put(store: &mut BlobStore, bytes: &[u8]) -> (BlobHash, Vec<BlobHash>) {
         let h = BlobHash::of(bytes);
-        let m = Arc::new(Manifest::compute(bytes));
+        let m = Arc::new(ChunkList::compute(bytes));
         let ev = store.insert(h, Bytes::copy_from_slice(bytes), m).unwrap();
         (h, ev)
     }
@@ -183,7 +183,7 @@ mod tests {
             .insert(
                 BlobHash::of(&data),
                 Bytes::copy_from_slice(&data),
-                Arc::new(Manifest::compute(&data)),
+                Arc::new(ChunkList::compute(&data)),
             )
             .unwrap_err();
         assert!(matches!(err, StoreError::TooLarge { .. }));

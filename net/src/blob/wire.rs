@@ -4,7 +4,7 @@
 //! bound before anything is allocated, and a chunk travels without re-encoding.
 //!
 //! ```text
-//! request  = 0x00 hash[32]                      (manifest)
+//! request  = 0x00 hash[32]                      (chunk list)
 //!          | 0x01 hash[32] index:u32be          (chunk)
 //! response = 0x00 size:u64be count:u32be cv[32]*count
 //!          | 0x01 len:u32be bytes[len]          (len <= CHUNK_SIZE)
@@ -20,7 +20,7 @@ use bytes::Bytes;
 use futures::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use libp2p::StreamProtocol;
 
-use super::{chunk_count, BlobHash, Manifest, CHUNK_SIZE, MAX_BLOB_SIZE, MAX_CHUNKS};
+use super::{chunk_count, BlobHash, ChunkList, CHUNK_SIZE, MAX_BLOB_SIZE, MAX_CHUNKS};
 use crate::counters::Counters;
 
 /// Protocol name (versioned).
@@ -37,14 +37,14 @@ pub const QUIET_LOG_DIRECTIVES: &[&str] = &["libp2p_request_response::handler=er
 /// A request for part of a blob.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BlobRequest {
-    Manifest { hash: BlobHash },
+    ChunkList { hash: BlobHash },
     Chunk { hash: BlobHash, index: u32 },
 }
 
 /// The answer to a [`BlobRequest`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BlobResponse {
-    Manifest(Manifest),
+    ChunkList(ChunkList),
     Chunk(Bytes),
     NotFound,
     Busy,
@@ -54,7 +54,7 @@ impl BlobResponse {
     /// Payload bytes this response carries (what the upload cap and counters measure).
     pub fn payload_len(&self) -> usize {
         match self {
-            BlobResponse::Manifest(m) => 12 + 32 * m.chunk_cvs.len(),
+            BlobResponse::ChunkList(m) => 12 + 32 * m.chunk_cvs.len(),
             BlobResponse::Chunk(b) => b.len(),
             BlobResponse::NotFound | BlobResponse::Busy => 0,
         }
@@ -82,7 +82,7 @@ pub async fn read_request<T: AsyncRead + Unpin>(io: &mut T) -> io::Result<BlobRe
     let [tag] = read_array::<_, 1>(io).await?;
     let hash = BlobHash(read_array::<_, 32>(io).await?);
     match tag {
-        0 => Ok(BlobRequest::Manifest { hash }),
+        0 => Ok(BlobRequest::ChunkList { hash }),
         1 => {
             let index = u32::from_be_bytes(read_array::<_, 4>(io).await?);
             Ok(BlobRequest::Chunk { hash, index })
@@ -98,7 +98,7 @@ pub async fn write_request<T: AsyncWrite + Unpin>(
 ) -> io::Result<usize> {
     let mut buf = Vec::with_capacity(37);
     match req {
-        BlobRequest::Manifest { hash } => {
+        BlobRequest::ChunkList { hash } => {
             buf.push(0);
             buf.extend_from_slice(&hash.0);
         }
@@ -121,13 +121,13 @@ pub async fn read_response<T: AsyncRead + Unpin>(io: &mut T) -> io::Result<BlobR
             let size = u64::from_be_bytes(read_array::<_, 8>(io).await?);
             let count = u32::from_be_bytes(read_array::<_, 4>(io).await?) as usize;
             if size > MAX_BLOB_SIZE || count > MAX_CHUNKS || count != chunk_count(size) {
-                return Err(invalid("manifest size or chunk count out of bounds"));
+                return Err(invalid("chunk list size or chunk count out of bounds"));
             }
             let mut chunk_cvs = Vec::with_capacity(count);
             for _ in 0..count {
                 chunk_cvs.push(read_array::<_, 32>(io).await?);
             }
-            Ok(BlobResponse::Manifest(Manifest { size, chunk_cvs }))
+            Ok(BlobResponse::ChunkList(ChunkList { size, chunk_cvs }))
         }
         1 => {
             let len = u32::from_be_bytes(read_array::<_, 4>(io).await?) as usize;
@@ -150,7 +150,7 @@ pub async fn write_response<T: AsyncWrite + Unpin>(
     res: &BlobResponse,
 ) -> io::Result<usize> {
     let written = match res {
-        BlobResponse::Manifest(m) => {
+        BlobResponse::ChunkList(m) => {
             let mut buf = Vec::with_capacity(13 + 32 * m.chunk_cvs.len());
             buf.push(0);
             buf.extend_from_slice(&m.size.to_be_bytes());
@@ -264,9 +264,9 @@ mod tests {
     #[test]
     fn responses_round_trip() {
         let data = vec![7u8; CHUNK_SIZE + 3];
-        let m = Manifest::compute(&data);
+        let m = ChunkList::compute(&data);
         for r in [
-            BlobResponse::Manifest(m),
+            BlobResponse::ChunkList(m),
             BlobResponse::Chunk(Bytes::from_static(b"abc")),
             BlobResponse::NotFound,
             BlobResponse::Busy,
@@ -278,7 +278,7 @@ mod tests {
     #[test]
     fn requests_round_trip() {
         for r in [
-            BlobRequest::Manifest { hash: BlobHash::of(b"x") },
+            BlobRequest::ChunkList { hash: BlobHash::of(b"x") },
             BlobRequest::Chunk { hash: BlobHash::of(b"y"), index: 77 },
         ] {
             let mut buf = Cursor::new(Vec::new());
@@ -290,7 +290,7 @@ mod tests {
 
     #[test]
     fn hostile_lengths_are_refused_before_allocation() {
-        // A chunk claiming 4 GiB, a manifest claiming 2^32 chunks, an unknown tag, truncation.
+        // A chunk claiming 4 GiB, a chunk list claiming 2^32 chunks, an unknown tag, truncation.
         let cases: Vec<Vec<u8>> = vec![
             [vec![1], u32::MAX.to_be_bytes().to_vec()].concat(),
             [vec![0], u64::MAX.to_be_bytes().to_vec(), u32::MAX.to_be_bytes().to_vec()].concat(),

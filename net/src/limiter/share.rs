@@ -62,7 +62,7 @@ impl Default for FairShareConfig {
     }
 }
 
-/// Which chunk a request is for (`None` for manifests: budgeted, never refused as repeats).
+/// Which chunk a request is for (`None` for chunk lists: budgeted, never refused as repeats).
 pub type ChunkKey = (BlobHash, u32);
 
 /// A granted request, to give back with [`FairShare::refund`] if it is not sent after all.

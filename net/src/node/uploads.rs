@@ -149,8 +149,8 @@ impl EventLoop {
             let mut store = self.store.lock().unwrap_or_else(|p| p.into_inner());
             let largest = store.largest_bytes();
             match request {
-                BlobRequest::Manifest { hash } => match store.get(&hash) {
-                    Some((_, m)) => (BlobResponse::Manifest((*m).clone()), None, largest),
+                BlobRequest::ChunkList { hash } => match store.get(&hash) {
+                    Some((_, m)) => (BlobResponse::ChunkList((*m).clone()), None, largest),
                     None => (BlobResponse::NotFound, None, largest),
                 },
                 BlobRequest::Chunk { hash, index } => match store.get(&hash) {

@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use atoll_net::{BlobHash, Manifest, NetEvent, RejectReason, CHUNK_SIZE};
+use atoll_net::{BlobHash, ChunkList, NetEvent, RejectReason, CHUNK_SIZE};
 use bytes::Bytes;
 
 use crate::support::{
@@ -46,11 +46,11 @@ async fn fetch_from_several_sources_verifies_and_stores() -> anyhow::Result<()> 
 async fn lying_source_is_dropped_and_penalised() -> anyhow::Result<()> {
     let honest = start(Opts::default()).await?;
     let liar = start_from(&honest).await?;
-    let bad_manifest = start_from(&honest).await?;
+    let bad_chunk_list = start_from(&honest).await?;
     let mut fetcher = start_from(&honest).await?;
     let data = Bytes::from(seeded_bytes(2, 4 * CHUNK_SIZE));
     let hash = honest.client.put_blob(data.clone())?;
-    // The liar has the right manifest but flips a byte in every chunk, so whichever chunk
+    // The liar has the right chunk list but flips a byte in every chunk, so whichever chunk
     // it is asked for is wrong.
     let mut wrong = data.to_vec();
     for chunk in wrong.chunks_mut(CHUNK_SIZE) {
@@ -59,15 +59,15 @@ async fn lying_source_is_dropped_and_penalised() -> anyhow::Result<()> {
     liar.client.insert_unverified_for_tests(
         hash,
         Bytes::from(wrong.clone()),
-        Manifest::compute(&data),
+        ChunkList::compute(&data),
     )?;
-    // The other liar's manifest is that of other bytes.
-    bad_manifest.client.insert_unverified_for_tests(
+    // The other liar's chunk list is that of other bytes.
+    bad_chunk_list.client.insert_unverified_for_tests(
         hash,
         Bytes::from(wrong.clone()),
-        Manifest::compute(&wrong),
+        ChunkList::compute(&wrong),
     )?;
-    let (idl, idm) = (liar.client.peer_id(), bad_manifest.client.peer_id());
+    let (idl, idm) = (liar.client.peer_id(), bad_chunk_list.client.peer_id());
     let all = [idl, idm, honest.client.peer_id()];
     wait_until("fetcher connected to all sources", || sees_exactly(&fetcher, &all)).await?;
     // Liars first, so they are asked first.
@@ -81,15 +81,15 @@ async fn lying_source_is_dropped_and_penalised() -> anyhow::Result<()> {
     assert_eq!(penalised, RejectReason::BadChunk);
     let stats = fetcher.client.stats().await?;
     assert!(stats.rejects.get("bad_chunk").copied().unwrap_or(0) >= 1, "{stats:?}");
-    assert_eq!(stats.rejects.get("bad_manifest").copied(), Some(1), "{stats:?}");
+    assert_eq!(stats.rejects.get("bad_chunk_list").copied(), Some(1), "{stats:?}");
     assert_eq!(stats.penalised, 2);
     // A penalised peer is not asked again.
-    let req = atoll_net::blob::wire::BlobRequest::Manifest { hash };
+    let req = atoll_net::blob::wire::BlobRequest::ChunkList { hash };
     assert!(matches!(
         fetcher.client.request_blob(idl, req).await,
         Err(atoll_net::NetError::Penalised(_))
     ));
-    stop_all(vec![honest, liar, bad_manifest, fetcher]).await
+    stop_all(vec![honest, liar, bad_chunk_list, fetcher]).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,11 +1,11 @@
-//! Held fetches: a holder that answers the manifest and then never sends a chunk holds a
+//! Held fetches: a holder that answers the chunk list and then never sends a chunk holds a
 //! fetch no longer than the per-source deadline when another holder has the blob.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use atoll_net::blob::wire::{self, BlobRequest, BlobResponse, BLOB_PROTOCOL};
-use atoll_net::{BlobHash, Manifest, Multiaddr, PeerId, CHUNK_SIZE};
+use atoll_net::{BlobHash, ChunkList, Multiaddr, PeerId, CHUNK_SIZE};
 use bytes::Bytes;
 use futures::StreamExt;
 use libp2p::request_response::{self, ProtocolSupport, ResponseChannel};
@@ -71,15 +71,15 @@ impl request_response::Codec for WireCodec {
     }
 }
 
-/// A peer that answers manifests of `blobs` at once and then holds every chunk request
+/// A peer that answers chunk lists of `blobs` at once and then holds every chunk request
 /// without answering (a paused process, a saturated link). Dials `target`; returns its id
 /// and the task driving it.
 fn stalled_holder(
     blobs: &[Bytes],
     target: Multiaddr,
 ) -> anyhow::Result<(PeerId, tokio::task::JoinHandle<()>)> {
-    let manifests: HashMap<BlobHash, Manifest> =
-        blobs.iter().map(|b| (BlobHash::of(b), Manifest::compute(b))).collect();
+    let chunk_lists: HashMap<BlobHash, ChunkList> =
+        blobs.iter().map(|b| (BlobHash::of(b), ChunkList::compute(b))).collect();
     let mut swarm = SwarmBuilder::with_new_identity()
         .with_tokio()
         .with_tcp(tcp::Config::default(), noise::Config::new, yamux::Config::default)?
@@ -102,10 +102,10 @@ fn stalled_holder(
             }) = swarm.select_next_some().await
             {
                 match request {
-                    BlobRequest::Manifest { hash } => {
-                        let res = manifests
+                    BlobRequest::ChunkList { hash } => {
+                        let res = chunk_lists
                             .get(&hash)
-                            .map_or(BlobResponse::NotFound, |m| BlobResponse::Manifest(m.clone()));
+                            .map_or(BlobResponse::NotFound, |m| BlobResponse::ChunkList(m.clone()));
                         let _ = swarm.behaviour_mut().send_response(channel, res);
                     }
                     BlobRequest::Chunk { .. } => held.push(channel),

@@ -49,7 +49,7 @@ pub struct Issue {
 /// What an answer was, as the driver classified it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
-    /// A chunk that matches the manifest.
+    /// A chunk that matches the chunk list.
     Verified,
     /// A chunk (or other answer) that does not: the source lied.
     Bad,
