@@ -106,8 +106,17 @@ pub fn pick_addrs(addrs: Vec<Multiaddr>, allow_loopback: bool) -> Vec<Multiaddr>
 impl EventLoop {
     /// A provider of the run key: note it as a run peer, and queue a bounded dial.
     pub(super) fn learn_provider(&mut self, peer: PeerId) {
+        self.learn_member(peer, None);
+    }
+
+    /// `peer` is a member of the run (a provider, or the author of a member record that
+    /// names `claimed` addresses): note it, and queue a bounded dial if not connected.
+    pub(super) fn learn_member(&mut self, peer: PeerId, claimed: Option<Vec<Multiaddr>>) {
         let now = Instant::now();
         if peer == *self.swarm.local_peer_id() || self.hygiene.is_banned(&peer) {
+            return;
+        }
+        if self.allow.as_ref().is_some_and(|a| !a.contains(&peer)) {
             return;
         }
         self.peers.learn_run_peer(peer);
@@ -118,24 +127,22 @@ impl EventLoop {
         if self.peers.is_penalised(&peer, now) || !self.peers.may_dial(&peer, now) {
             return;
         }
-        // The addresses kad would dial: routing table first, then the lookup's replies.
-        // Asking kad does not dial; the connection id is not used by kad.
-        let known = self
-            .swarm
-            .behaviour_mut()
-            .kad
-            .handle_pending_outbound_connection(
-                ConnectionId::new_unchecked(usize::MAX),
-                Some(peer),
-                &[],
-                Endpoint::Dialer,
-            )
-            .unwrap_or_default();
-        let mut addrs = pick_addrs(
-            known.into_iter().filter(|a| !(self.swarm_key && swarmkey::is_quic(a))).collect(),
-            self.on_loopback,
-        );
-        addrs.truncate(MAX_ADDRS_PER_PROVIDER);
+        // The addresses kad would dial (routing table first, then the lookup's replies),
+        // or the member's own claim. Asking kad does not dial; the connection id is unused.
+        let candidates = claimed.unwrap_or_else(|| {
+            self.swarm
+                .behaviour_mut()
+                .kad
+                .handle_pending_outbound_connection(
+                    ConnectionId::new_unchecked(usize::MAX),
+                    Some(peer),
+                    &[],
+                    Endpoint::Dialer,
+                )
+                .unwrap_or_default()
+        });
+        let usable = candidates.into_iter().filter(|a| !(self.swarm_key && swarmkey::is_quic(a)));
+        let addrs = pick_addrs(usable.collect(), self.on_loopback);
         if self.dials.offer(peer, addrs) {
             self.dial_providers();
         }

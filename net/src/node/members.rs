@@ -20,10 +20,8 @@ use std::time::{Duration, Instant};
 use libp2p::{gossipsub, Multiaddr, PeerId};
 use tracing::debug;
 
-use super::dials::pick_addrs;
 use super::event_loop::EventLoop;
 use crate::counters::RejectReason;
-use crate::swarmkey;
 
 const MAGIC: &[u8; 4] = b"ATLM";
 /// Addresses a record may carry.
@@ -132,31 +130,8 @@ impl EventLoop {
             return gossipsub::MessageAcceptance::Reject;
         };
         self.counters.announce.add_in(data.len() as u64);
-        self.learn_member(author, addrs);
+        self.learn_member(author, Some(addrs));
         gossipsub::MessageAcceptance::Accept
-    }
-
-    /// `peer` is a member reachable at `addrs` (its own claim): a bounded dial if needed.
-    fn learn_member(&mut self, peer: PeerId, addrs: Vec<Multiaddr>) {
-        let now = Instant::now();
-        if peer == *self.swarm.local_peer_id() || self.hygiene.is_banned(&peer) {
-            return;
-        }
-        if self.allow.as_ref().is_some_and(|a| !a.contains(&peer)) {
-            return;
-        }
-        self.peers.learn_run_peer(peer);
-        if self.swarm.is_connected(&peer) {
-            self.dials.done(&peer);
-            return self.member_connected(peer);
-        }
-        if self.peers.is_penalised(&peer, now) || !self.peers.may_dial(&peer, now) {
-            return;
-        }
-        let usable = addrs.into_iter().filter(|a| !(self.swarm_key && swarmkey::is_quic(a)));
-        if self.dials.offer(peer, pick_addrs(usable.collect(), self.on_loopback)) {
-            self.dial_providers();
-        }
     }
 }
 
