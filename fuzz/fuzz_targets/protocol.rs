@@ -367,7 +367,12 @@ impl Harness {
                     assert_eq!(a.anchor.len(), self.plan.fragments[a.fragment].numel());
                     assert!(a.anchor.iter().all(|v| v.is_finite()), "non-finite anchor applied");
                 }
-                Output::Broadcast(msg) => {
+                Output::Publish { msg, payload } => {
+                    let hash = match &msg {
+                        Message::Contribution(c) => c.hash,
+                        Message::State(s) => s.hash,
+                    };
+                    assert_eq!(ContentHash::of(&payload), hash, "published bytes do not match");
                     let bytes = atoll::proto::encode_message(&msg);
                     assert_eq!(atoll::proto::decode_message(&bytes).as_ref(), Ok(&msg));
                 }

@@ -31,7 +31,7 @@ impl Loop {
                         queue.extend(more);
                     }
                 }
-                Output::Broadcast(msg) => self.broadcast(msg),
+                Output::Publish { msg, payload } => self.publish(msg, payload),
                 Output::Fetch { hash, holders, max_len, deadline } => {
                     self.fetch(hash, &holders, max_len, deadline)
                 }
@@ -84,16 +84,11 @@ impl Loop {
         }
     }
 
-    /// Stores the announced payload so peers can fetch it, then gossips the announcement.
-    pub(super) fn broadcast(&mut self, msg: Message) {
-        let hash = match &msg {
-            Message::Contribution(c) => c.hash,
-            Message::State(s) => s.hash,
-        };
-        if let Some(bytes) = self.proto.serve(&hash) {
-            if let Err(e) = self.client.put_blob(Bytes::copy_from_slice(&bytes)) {
-                tracing::warn!(error = %e, "cannot store a payload for serving");
-            }
+    /// Stores the announced payload (shared, not copied) so peers can fetch it, then
+    /// gossips the announcement.
+    pub(super) fn publish(&mut self, msg: Message, payload: Arc<[u8]>) {
+        if let Err(e) = self.client.put_blob(Bytes::from_owner(payload)) {
+            tracing::warn!(error = %e, "cannot store a payload for serving");
         }
         let payload = wire::encode(&self.run_id.0, &msg);
         let client = self.client.clone();

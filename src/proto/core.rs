@@ -193,7 +193,7 @@ impl Protocol {
                 .collect();
             own.sort_unstable_by_key(|(hash, _)| **hash);
             for (hash, h) in own {
-                out.push(Output::Broadcast(Message::Contribution(ContributionAnnounce {
+                let msg = Message::Contribution(ContributionAnnounce {
                     fragment: p as u32,
                     round: h.round,
                     hash: *hash,
@@ -203,15 +203,17 @@ impl Protocol {
                     origin: self.me,
                     base: lane.state_hash,
                     base_round: lane.state.round,
-                })));
+                });
+                out.push(Output::Publish { msg, payload: h.bytes.clone() });
             }
             if lane.state.round > 0 {
-                out.push(Output::Broadcast(Message::State(super::StateAnnounce {
+                let msg = Message::State(super::StateAnnounce {
                     fragment: p as u32,
                     round: lane.state.round,
                     hash: lane.state_hash,
                     size: lane.state.wire_len() as u64,
-                })));
+                });
+                out.push(Output::Publish { msg, payload: lane.state.to_bytes().into() });
             }
         }
         out
@@ -391,10 +393,11 @@ impl Protocol {
             base: lane.state_hash,
             base_round: lane.state.round,
         };
+        let payload = enc.bytes.clone();
         let held =
             Held { origin: self.me, round, tokens, steps, bytes: enc.bytes, merged_at: None };
         lane.insert(enc.hash, held, Window::of(&self.settings));
-        out.push(Output::Broadcast(Message::Contribution(announce)));
+        out.push(Output::Publish { msg: Message::Contribution(announce), payload });
         self.check_quorum(p, now, out);
     }
 }

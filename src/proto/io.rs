@@ -97,8 +97,9 @@ pub struct Contribution {
 /// Outputs.
 #[derive(Debug, Clone)]
 pub enum Output {
-    /// Gossip this message (encode with [`super::encode_message`]).
-    Broadcast(Message),
+    /// Make `payload` (the bytes `msg` announces, under their hash) available to others,
+    /// then gossip `msg` (encode with [`super::encode_message`]).
+    Publish { msg: Message, payload: Arc<[u8]> },
     /// Fetch the payload `hash` (at most `max_len` bytes) from any of `holders` (start
     /// with the first: the core spreads load by the order) by `deadline`. Issued once per
     /// hash: the executor owns sources, hedging, retries and timeouts, and answers exactly

@@ -328,7 +328,8 @@ impl Lane {
             hash: self.state_hash,
             size: self.state.wire_len() as u64,
         });
-        vec![Output::Apply(apply), Output::Broadcast(announce), report]
+        let publish = Output::Publish { msg: announce, payload: self.state.to_bytes().into() };
+        vec![Output::Apply(apply), publish, report]
     }
 
     /// Drops contributions too old to merge; unmerged ones are counted as stale.
@@ -388,19 +389,18 @@ impl Lane {
         let mut out = Vec::new();
         for h in resurrected {
             if let Some(held) = self.held.get(&h).filter(|held| held.origin == me) {
-                out.push(Output::Broadcast(super::Message::Contribution(
-                    super::ContributionAnnounce {
-                        fragment: self.spec.id as u32,
-                        round: held.round,
-                        hash: h,
-                        size: held.bytes.len() as u64,
-                        tokens: held.tokens,
-                        steps: held.steps,
-                        origin: held.origin,
-                        base: hash,
-                        base_round: new_round,
-                    },
-                )));
+                let msg = super::Message::Contribution(super::ContributionAnnounce {
+                    fragment: self.spec.id as u32,
+                    round: held.round,
+                    hash: h,
+                    size: held.bytes.len() as u64,
+                    tokens: held.tokens,
+                    steps: held.steps,
+                    origin: held.origin,
+                    base: hash,
+                    base_round: new_round,
+                });
+                out.push(Output::Publish { msg, payload: held.bytes.clone() });
             }
         }
         self.prior = Some((self.state_hash, std::mem::replace(&mut self.state, new)));

@@ -56,7 +56,7 @@ fn one_round_alone_publishes_merges_and_applies() {
     let ev = Event::Snapshot { fragment: 0, round: 1, params, tokens: 100, steps: 10 };
     let out = p.handle(ev, 1001);
     let announce = out.iter().find_map(|o| match o {
-        Output::Broadcast(Message::Contribution(c)) => Some(c.clone()),
+        Output::Publish { msg: Message::Contribution(c), .. } => Some(c.clone()),
         _ => None,
     });
     let announce = announce.expect("a contribution is announced");
@@ -81,7 +81,9 @@ fn one_round_alone_publishes_merges_and_applies() {
     // One delta of 0.25 (4-bit exact here), outer lr 0.7, μ 0.9: 0.5 − 0.7·(0.25 + 0.225).
     let a = apply.expect("anchor applied");
     assert!((a.anchor[0] - (0.5 - 0.7 * 0.475)).abs() < 1e-6, "{}", a.anchor[0]);
-    assert!(out.iter().any(|o| matches!(o, Output::Broadcast(Message::State(s)) if s.round == 1)));
+    assert!(out
+        .iter()
+        .any(|o| matches!(o, Output::Publish { msg: Message::State(s), .. } if s.round == 1)));
     // The state is served for reconciliation and decodes to itself.
     let bytes = p.serve(&p.state_hash(0)).unwrap();
     let back = FragmentState::from_bytes(&bytes, &plan().fragments[0]).unwrap();
@@ -99,7 +101,7 @@ fn identical_inputs_give_identical_states_on_two_peers() {
         let ev =
             Event::Snapshot { fragment: 0, round: 1, params: vec![v; 8], tokens: 50, steps: 5 };
         for o in p.handle(ev, 1000) {
-            if let Output::Broadcast(Message::Contribution(c)) = o {
+            if let Output::Publish { msg: Message::Contribution(c), .. } = o {
                 announces.push(c);
             }
         }

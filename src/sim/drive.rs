@@ -126,8 +126,9 @@ impl Sim {
     fn output(&mut self, i: usize, o: Output) {
         let inc = self.slots[i].inc;
         match o {
-            Output::Broadcast(msg) if self.byz.is_hostile(i) => self.hostile_broadcast(i, msg),
-            Output::Broadcast(msg) => self.broadcast(i, msg),
+            // Payloads are served from the core (`Protocol::serve`) when a fetch asks.
+            Output::Publish { msg, .. } if self.byz.is_hostile(i) => self.hostile_broadcast(i, msg),
+            Output::Publish { msg, .. } => self.broadcast(i, msg),
             Output::Fetch { hash, holders, max_len, deadline } => {
                 let deadline = deadline.saturating_sub(self.slots[i].skew);
                 self.fetch(i, inc, hash, &holders, max_len, deadline)
