@@ -231,13 +231,21 @@ impl Trainer {
         optim_bytes: Vec<u8>,
     ) -> Result<Self, RestoreError> {
         let mut trainer = Self::new(config, backend, corpus, shard)?;
-        // burn panics on some well-formed records it cannot use (a float parameter stored
-        // as U32, found by fuzzing) instead of returning an error: contain it here, so a
-        // bad checkpoint is an error, never a crash.
+        let model_bytes = burn::tensor::Bytes::from_bytes_vec(model_bytes);
+        // burn panics on a float parameter stored in another dtype (fuzz finding F3)
+        // instead of returning an error: every parameter of the model is a float.
+        let unusable = |e: burn_pack::Error| RestoreError::Unusable(e.to_string());
+        let pack = burn_pack::Reader::from_bytes(model_bytes.clone()).map_err(unusable)?;
+        for t in pack.into_tensors().map_err(unusable)? {
+            if !t.dtype.is_float() {
+                let why = format!("parameter {} is stored as {:?}", t.name, t.dtype);
+                return Err(RestoreError::Unusable(why));
+            }
+        }
+        // Any other panic of burn on a well-formed record is contained too: a bad
+        // checkpoint is an error, never a crash.
         let load = std::panic::AssertUnwindSafe(|| -> Result<_, burn::store::RecordError> {
-            let record = burn::store::ModuleRecord::from_bytes(
-                burn::tensor::Bytes::from_bytes_vec(model_bytes),
-            )?;
+            let record = burn::store::ModuleRecord::from_bytes(model_bytes)?;
             let model = trainer.model.clone().try_load_record(record)?;
             let optim = optimizer(&trainer.config)
                 .from_bytes(burn::tensor::Bytes::from_bytes_vec(optim_bytes))?;
