@@ -2,7 +2,7 @@
 //! joined by one event loop (STYLE: one task owns the state, the rest talk to it).
 //!
 //! ```text
-//!  worker thread ──Snapshot/Step/Validation──▶ event loop ──Broadcast/Fetch──▶ atoll-net
+//!  worker thread ──Snapshot/Step/Validation──▶ event loop ──Publish/Fetch──▶ atoll-net
 //!        ▲                                    │  (owns Protocol)                 │
 //!        └──────────Snapshot?/Apply───────────┘ ◀──Announcement/blob bytes──────┘
 //! ```

@@ -49,7 +49,7 @@
 //!             let ev = Event::Snapshot { fragment, round, params, tokens: 4096, steps: 8 };
 //!             queue.extend(proto.handle(ev, 5_000));
 //!         }
-//!         Output::Broadcast(msg) => { let _bytes = atoll::proto::encode_message(&msg); }
+//!         Output::Publish { msg, .. } => { let _bytes = atoll::proto::encode_message(&msg); }
 //!         Output::Fetch { .. } | Output::Apply(_) | Output::Merged(_) => {}
 //!         _ => {}
 //!     }
