@@ -69,6 +69,7 @@ mod core;
 mod evidence;
 mod fasthash;
 mod fetch;
+mod held;
 mod intake;
 mod io;
 mod lane;

@@ -1,8 +1,9 @@
 //! The protocol state machine: dispatches events to fragments and tracks fetches.
 
 use super::fasthash::{FastMap, FastSet};
+use super::held::Held;
 use super::io::{Event, Metrics, Offence, Output, Timer};
-use super::lane::{Held, Lane, Window};
+use super::lane::{Lane, Window};
 use super::schedule::{Grace, Millis, Schedule};
 use super::state::FragmentState;
 use super::{ContributionAnnounce, Message, PeerId, Settings};

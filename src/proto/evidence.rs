@@ -9,7 +9,8 @@
 //! late joiner, a delta we never got) is adopted only with at least half of the round's
 //! counted voters behind it, not a mere plurality (src/proto/catchup.rs).
 
-use super::lane::{merge_inputs, Lane, Window};
+use super::held::merge_inputs;
+use super::lane::{Lane, Window};
 use super::merge;
 use super::state::FragmentState;
 use super::Settings;

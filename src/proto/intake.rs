@@ -3,8 +3,9 @@
 //! (issue "Hostile peers": one author, one contribution per fragment round; claims bounded).
 
 use super::core::{misbehaved, Claim, InFlight, Kind, Protocol, MAX_IN_FLIGHT};
+use super::held::Held;
 use super::io::{Offence, Output};
-use super::lane::{Held, Window};
+use super::lane::Window;
 use super::schedule::Millis;
 use super::{ContributionAnnounce, Message, PeerId};
 use crate::delta::{self, ContentHash, Decoded};

@@ -2,35 +2,17 @@
 //! and the votes. Everything here is per fragment, so fragments never wait on each other.
 
 use super::fasthash::{FastMap, FastSet};
+use super::held::{merge_inputs, Held};
 use super::io::{ApplyAnchor, Contribution, MergeReport, Metrics, Output};
-use super::merge::{self, Input};
+use super::merge;
 use super::reconcile::Votes;
 use super::state::FragmentState;
 use super::{Millis, PeerId, Settings};
-use crate::delta::{self, ContentHash, ErrorFeedback, Limits};
+use crate::delta::{ContentHash, ErrorFeedback, Limits};
 use crate::fragment::FragmentSpec;
-use std::sync::Arc;
 
 /// Most (author, round) pairs remembered as equivocating, per fragment.
 const MAX_EQUIVOCATORS: usize = 4096;
-
-/// A contribution this peer holds: pending, or merged recently (kept so that it can be
-/// served, and re-queued if an adopted state turns out not to contain it).
-#[derive(Debug, Clone)]
-pub(crate) struct Held {
-    /// The author: named in the delta's hashed header and equal to the gossip signer of
-    /// its announcement.
-    pub origin: PeerId,
-    pub round: u64,
-    pub tokens: u64,
-    pub steps: u64,
-    /// The payload, encoded: decoded values would cost 8× the bytes of a 4-bit delta (a
-    /// 200-byte zstd zero delta decodes to hundreds of KB), so it is decoded again at the
-    /// merge.
-    pub bytes: Arc<[u8]>,
-    /// Round this peer's lineage merged it in.
-    pub merged_at: Option<u64>,
-}
 
 /// Bookkeeping of the round currently open.
 #[derive(Debug, Clone)]
@@ -77,9 +59,6 @@ pub(crate) struct Lane {
     /// competing state of the same round names, checked against (src/proto/evidence.rs).
     pub prior: Option<(ContentHash, FragmentState)>,
 }
-
-/// A held contribution decoded for a merge: hash, author, weighed tokens and steps, values.
-pub(crate) type Decoded = (ContentHash, PeerId, u64, u64, Vec<f32>);
 
 /// Which contributions a round merges: those made for rounds `round − lag − lateness ..=
 /// round − lag`. With `lag = 1` a round merges the previous round's deltas, which have had a
@@ -288,31 +267,6 @@ impl Lane {
         (self.after_state_change(settings, Output::Merged(report)), dropped)
     }
 
-    /// Decodes held contributions for a merge, in the order given. Held payloads passed
-    /// every check on arrival; decoding them again cannot fail unless memory was
-    /// corrupted, and such a payload is simply left out.
-    pub fn decode_held(
-        &self,
-        hashes: &[ContentHash],
-        settings: &Settings,
-        limits: &Limits,
-    ) -> Vec<Decoded> {
-        let max_steps = settings.max_weighted_steps();
-        hashes
-            .iter()
-            .filter_map(|hash| {
-                let h = self.held.get(hash)?;
-                let d = delta::decode(&h.bytes, &self.spec, limits).ok()?;
-                // A claim of more steps than a round allows weighs as if it held the
-                // bound, tokens scaled alike (claims were checked against the manifest).
-                let steps = h.steps.min(max_steps);
-                let tokens =
-                    (u128::from(h.tokens) * u128::from(steps) / u128::from(h.steps.max(1))) as u64;
-                Some((*hash, h.origin, tokens, steps, d.values))
-            })
-            .collect()
-    }
-
     /// Outputs shared by merge and adoption: the anchor for the trainer, the state
     /// announcement, and the report.
     fn after_state_change(&self, settings: &Settings, report: Output) -> Vec<Output> {
@@ -426,18 +380,4 @@ impl Lane {
         out.extend(self.after_state_change(settings, report));
         out
     }
-}
-
-/// The merge's view of decoded contributions.
-pub(crate) fn merge_inputs(decoded: &[Decoded]) -> Vec<Input<'_>> {
-    decoded
-        .iter()
-        .map(|(hash, author, tokens, steps, values)| Input {
-            hash: *hash,
-            author: *author,
-            tokens: *tokens,
-            steps: *steps,
-            values,
-        })
-        .collect()
 }
