@@ -1,0 +1,323 @@
+//! The chaos run itself: the peer processes, their fault schedule (kill, restart, pause,
+//! resume) applied as the clock reaches each fault, live lines, and the outcome.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use atoll::chaos::{self, Fault, FaultKind, Incarnation};
+use atoll::manifest::Manifest;
+use atoll::node::{ledger, status};
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget};
+
+use super::{swarm, Args, Outcome, PLAIN_EVERY, REFRESH};
+
+/// One peer's slot in the swarm.
+enum Slot {
+    Up { child: Child },
+    Paused { child: Child, until_ms: u64 },
+    Down { restart_ms: u64 },
+    Exited,
+}
+
+struct Swarm<'a> {
+    args: &'a Args,
+    dir: &'a Path,
+    manifest: PathBuf,
+    slots: Vec<Slot>,
+    /// Index into `lives` of each slot's current process.
+    current: Vec<usize>,
+    lives: Vec<Incarnation>,
+    bars: Vec<ProgressBar>,
+    multi: MultiProgress,
+    window: Instant,
+    window_unix_ms: u64,
+    out: Outcome,
+}
+
+pub(super) fn run_swarm(
+    args: &Args,
+    dir: &Path,
+    mut manifest: Manifest,
+    faults: &[Fault],
+) -> anyhow::Result<Outcome> {
+    swarm::prepare_dir(dir, &[])?;
+    // Each run has its own timeline (and so its own run id).
+    manifest.epoch_unix_ms = status::unix_ms();
+    let manifest_path = swarm::save_manifest(dir, &manifest)?;
+    let settings = manifest.validate()?;
+    let mut s = Swarm {
+        args,
+        dir,
+        manifest: manifest_path,
+        slots: Vec::new(),
+        current: Vec::new(),
+        lives: Vec::new(),
+        bars: Vec::new(),
+        multi: MultiProgress::with_draw_target(ProgressDrawTarget::stderr()),
+        window: Instant::now(),
+        window_unix_ms: status::unix_ms(),
+        out: Outcome::default(),
+    };
+    let result = s.drive(faults);
+    for slot in &mut s.slots {
+        if let Slot::Up { child } | Slot::Paused { child, .. } = slot {
+            let _ = Command::new("kill").args(["-CONT", &child.id().to_string()]).status();
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+    s.multi.clear().ok();
+    result?;
+    let dirs: Vec<PathBuf> = (0..args.peers).map(|i| swarm::peer_dir(dir, i)).collect();
+    let mut merges = Vec::new();
+    let mut finals = Vec::new();
+    let mut hashes = Vec::new();
+    for d in &dirs {
+        merges.extend(ledger::read(d).with_context(|| format!("cannot read {}", d.display()))?);
+        let st = status::read(&d.join(status::FILE_NAME))
+            .with_context(|| format!("cannot read the status of {}", d.display()))?;
+        let t = st.training.unwrap_or_default();
+        finals.extend(t.final_val_bpb);
+        hashes.push(t.anchor_hashes);
+        if let Err(e) = atoll::checkpoint::load(&atoll::checkpoint::path_in(d)) {
+            tracing::error!(dir = %d.display(), error = %e, "final checkpoint does not load");
+            s.out.unreadable_checkpoints += 1;
+        }
+    }
+    let mut out = s.out;
+    let window_end = s.window_unix_ms + args.duration * 1000;
+    out.goodput = chaos::goodput(&s.lives, &merges, settings.raw().fragments);
+    // Periods count from the swarm's first merge: starting the processes is not downtime.
+    let first = merges.iter().map(|m| m.unix_ms).min().unwrap_or(s.window_unix_ms);
+    out.uptime = chaos::uptime(&merges, first, window_end, settings.period_ms());
+    out.rejoined = chaos::rejoined(&s.lives, &merges);
+    out.tokens_computed = s.lives.iter().map(Incarnation::computed).sum();
+    out.final_val_bpb = (finals.len() == dirs.len() && !finals.is_empty())
+        .then(|| finals.iter().sum::<f64>() / finals.len() as f64);
+    out.anchors_agree = hashes.windows(2).all(|w| w[0] == w[1]);
+    out.consensus_distance = swarm::consensus(&manifest, dirs.iter().map(PathBuf::as_path)).ok();
+    println!(
+        "  goodput {:.3}, uptime {:.3}, final val_bpb {}, anchors {}",
+        out.goodput,
+        out.uptime,
+        out.final_val_bpb.map_or("-".into(), |v| format!("{v:.3}")),
+        if out.anchors_agree { "identical" } else { "DIFFER" }
+    );
+    Ok(out)
+}
+
+impl Swarm<'_> {
+    fn elapsed_ms(&self) -> u64 {
+        self.window.elapsed().as_millis() as u64
+    }
+
+    fn say(&self, msg: String) {
+        let line = format!("[{:>5.1} s] {msg}", self.elapsed_ms() as f64 / 1000.0);
+        if swarm::console_is_terminal() {
+            self.multi.println(line).ok();
+        } else {
+            println!("{line}");
+        }
+    }
+
+    /// Starts peer `i` (training until the window ends) and records a new life.
+    fn launch(&mut self, i: u32, bootstrap: &[String], restart: bool) -> anyhow::Result<Child> {
+        let left_ms = (self.args.duration * 1000).saturating_sub(self.elapsed_ms());
+        let child = swarm::spawn(&swarm::Launch {
+            dir: swarm::peer_dir(self.dir, i),
+            manifest: &self.manifest,
+            index: i,
+            peers: self.args.peers,
+            until: swarm::Until::Seconds(left_ms.div_ceil(1000).max(1)),
+            backend: self.args.backend,
+            data: self.args.data.as_deref(),
+            bootstrap,
+        })?;
+        self.lives.push(Incarnation {
+            peer: i as usize,
+            proto_id: String::new(),
+            started_unix_ms: status::unix_ms(),
+            tokens_at_start: 0,
+            tokens_last: 0,
+            restart,
+        });
+        Ok(child)
+    }
+
+    fn drive(&mut self, faults: &[Fault]) -> anyhow::Result<()> {
+        let n = self.args.peers;
+        let mut first = self.launch(0, &[], false)?;
+        let addr = swarm::listen_addr(
+            &swarm::peer_dir(self.dir, 0),
+            &mut first,
+            0,
+            Duration::from_secs(60),
+        )?;
+        self.slots.push(Slot::Up { child: first });
+        self.current.push(0);
+        for i in 1..n {
+            let child = self.launch(i, std::slice::from_ref(&addr), false)?;
+            self.slots.push(Slot::Up { child });
+            self.current.push(self.lives.len() - 1);
+        }
+        self.window = Instant::now();
+        self.window_unix_ms = status::unix_ms();
+        for i in 0..n {
+            self.bars.push(swarm::bar(&self.multi, &i.to_string(), 0));
+        }
+        let window_ms = self.args.duration * 1000;
+        // Finishing takes a few quiet periods; a swarm that has not ended by then is stuck.
+        let give_up = Duration::from_millis(window_ms) + Duration::from_secs(300);
+        let mut pending = faults.iter().peekable();
+        let mut last_plain = Instant::now();
+        loop {
+            let now = self.elapsed_ms();
+            while let Some(f) = pending.next_if(|f| f.at_ms <= now) {
+                self.inject(f)?;
+            }
+            for i in 0..n as usize {
+                self.tend(i, now)?;
+            }
+            self.observe(last_plain.elapsed() >= PLAIN_EVERY && !swarm::console_is_terminal());
+            if last_plain.elapsed() >= PLAIN_EVERY {
+                last_plain = Instant::now();
+            }
+            if self.slots.iter().all(|s| matches!(s, Slot::Exited)) {
+                return Ok(());
+            }
+            if self.window.elapsed() > give_up {
+                bail!("the swarm did not finish within {} s", give_up.as_secs());
+            }
+            std::thread::sleep(REFRESH);
+        }
+    }
+
+    fn inject(&mut self, f: &Fault) -> anyhow::Result<()> {
+        let slot = std::mem::replace(&mut self.slots[f.peer], Slot::Exited);
+        let Slot::Up { mut child } = slot else {
+            self.say(format!("peer {} is not running; fault at {} ms skipped", f.peer, f.at_ms));
+            self.slots[f.peer] = slot;
+            return Ok(());
+        };
+        self.slots[f.peer] = match f.kind {
+            FaultKind::Kill { down_ms } => {
+                child.kill().context("cannot kill a peer")?;
+                child.wait()?;
+                self.out.kills += 1;
+                self.say(format!("kill peer {} (down {:.1} s)", f.peer, down_ms as f64 / 1000.0));
+                Slot::Down { restart_ms: f.at_ms + down_ms }
+            }
+            FaultKind::Pause { for_ms } => {
+                signal(&child, "-STOP")?;
+                self.out.pauses += 1;
+                self.say(format!("pause peer {} for {:.1} s", f.peer, for_ms as f64 / 1000.0));
+                Slot::Paused { child, until_ms: f.at_ms + for_ms }
+            }
+        };
+        Ok(())
+    }
+
+    /// Restarts, resumes and reaps peer `i` as its slot requires.
+    fn tend(&mut self, i: usize, now: u64) -> anyhow::Result<()> {
+        let slot = std::mem::replace(&mut self.slots[i], Slot::Exited);
+        self.slots[i] = match slot {
+            Slot::Down { restart_ms } if restart_ms <= now => {
+                let dir = swarm::peer_dir(self.dir, i as u32);
+                let ckpt = atoll::checkpoint::path_in(&dir);
+                if ckpt.exists() {
+                    if let Err(e) = atoll::checkpoint::load(&ckpt) {
+                        self.say(format!("peer {i}: checkpoint does not load: {e}"));
+                        self.out.unreadable_checkpoints += 1;
+                    }
+                }
+                let bootstrap = self.live_addrs();
+                let child = self.launch(i as u32, &bootstrap, true)?;
+                self.current[i] = self.lives.len() - 1;
+                self.out.restarts += 1;
+                self.say(format!("restart peer {i} ({} bootstrap peers)", bootstrap.len()));
+                Slot::Up { child }
+            }
+            Slot::Paused { child, until_ms } if until_ms <= now => {
+                signal(&child, "-CONT")?;
+                self.say(format!("resume peer {i}"));
+                Slot::Up { child }
+            }
+            Slot::Up { mut child } => match child.try_wait()? {
+                None => Slot::Up { child },
+                Some(exit) if exit.success() => {
+                    self.say(format!("peer {i} finished"));
+                    Slot::Exited
+                }
+                Some(exit) => {
+                    let tail = swarm::log_tail(&swarm::peer_dir(self.dir, i as u32));
+                    self.say(format!("peer {i} exited abnormally ({exit}):\n{tail}"));
+                    self.out.abnormal_exits += 1;
+                    Slot::Exited
+                }
+            },
+            other => other,
+        };
+        Ok(())
+    }
+
+    /// TCP addresses of the peers that run now (the bootstrap of a restarted peer).
+    fn live_addrs(&self) -> Vec<String> {
+        let mut addrs = Vec::new();
+        for (i, slot) in self.slots.iter().enumerate() {
+            if let Slot::Up { child } = slot {
+                let path = swarm::peer_dir(self.dir, i as u32).join(status::FILE_NAME);
+                if let Ok(s) = status::read(&path) {
+                    if s.pid == child.id() {
+                        addrs.extend(
+                            s.stats.listen_addrs.into_iter().filter(|a| a.contains("/tcp/")),
+                        );
+                    }
+                }
+            }
+        }
+        addrs
+    }
+
+    /// Reads every running peer's status: token counts of its life, the live line.
+    fn observe(&mut self, plain: bool) {
+        for (i, slot) in self.slots.iter().enumerate() {
+            let dir = swarm::peer_dir(self.dir, i as u32);
+            let (pid, state) = match slot {
+                Slot::Up { child } => (Some(child.id()), ""),
+                Slot::Paused { child, .. } => (Some(child.id()), "paused "),
+                Slot::Down { .. } => (None, "down "),
+                Slot::Exited => (None, "exited "),
+            };
+            if let Some(pid) = pid {
+                if let Ok(st) = status::read(&dir.join(status::FILE_NAME)) {
+                    if let (true, Some(t)) = (st.pid == pid, st.training.as_ref()) {
+                        let life = &mut self.lives[self.current[i]];
+                        life.proto_id.clone_from(&t.proto_id);
+                        life.tokens_at_start = t.tokens_at_start;
+                        life.tokens_last = life.tokens_last.max(t.tokens);
+                    }
+                }
+            }
+            let line = swarm::live_line(&dir).map(|(_, msg)| msg).unwrap_or_default();
+            self.bars[i].set_message(format!("{state}{line}"));
+            if plain {
+                println!("peer {i} {state}{line}");
+            }
+        }
+    }
+}
+
+/// Sends a signal (`-STOP`, `-CONT`) to a peer process.
+fn signal(child: &Child, sig: &str) -> anyhow::Result<()> {
+    let ok = Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .context("cannot run kill")?
+        .success();
+    if !ok {
+        bail!("kill {sig} {} failed", child.id());
+    }
+    Ok(())
+}
