@@ -81,17 +81,15 @@ impl EventLoop {
         if self.record_due.is_some_and(|at| at > now) {
             return;
         }
-        let addrs: Vec<Multiaddr> = self
-            .swarm
-            .external_addresses()
-            .chain(self.swarm.listeners())
-            .filter(|a| {
-                !a.iter().any(
-                    |p| matches!(p, libp2p::multiaddr::Protocol::Ip4(ip) if ip.is_unspecified()),
-                )
-            })
-            .cloned()
-            .collect();
+        let mut addrs: Vec<Multiaddr> = Vec::new();
+        for a in self.swarm.external_addresses().chain(self.swarm.listeners()) {
+            let unspecified = a
+                .iter()
+                .any(|p| matches!(p, libp2p::multiaddr::Protocol::Ip4(ip) if ip.is_unspecified()));
+            if !unspecified && !addrs.contains(a) {
+                addrs.push(a.clone());
+            }
+        }
         if addrs.is_empty() {
             return;
         }
