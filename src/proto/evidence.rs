@@ -9,13 +9,13 @@
 //! late joiner, a delta we never got) is adopted only with at least half of the round's
 //! counted voters behind it, not a mere plurality (src/proto/catchup.rs).
 
+use super::fasthash::FastMap;
 use super::held::merge_inputs;
 use super::lane::{Lane, Window};
 use super::merge;
 use super::state::FragmentState;
 use super::Settings;
 use crate::delta::{ContentHash, Limits};
-use std::collections::HashMap;
 
 /// What recomputing a fetched state showed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,7 +47,7 @@ impl Lane {
         let Some((round, ids)) = new.log.back().filter(|(r, _)| *r == new.round) else {
             return Evidence::Unverifiable;
         };
-        let by_short: HashMap<u64, ContentHash> =
+        let by_short: FastMap<u64, ContentHash> =
             self.held.keys().map(|h| (h.short(), *h)).collect();
         let Some(listed) =
             ids.iter().map(|id| by_short.get(id).copied()).collect::<Option<Vec<_>>>()

@@ -229,10 +229,9 @@ impl Lane {
             m.skipped_rounds += 1;
             return (vec![Output::Skipped { fragment: self.spec.id, round }], dropped);
         }
-        self.prior = Some((self.state_hash, self.state.clone()));
+        let before = self.state.replace_values(anchor, momentum);
+        self.prior = Some((self.state_hash, before));
         self.state.parent = self.state_hash;
-        self.state.anchor = anchor;
-        self.state.momentum = momentum;
         let merged: Vec<ContentHash> = inputs.iter().map(|i| i.hash).collect();
         drop(inputs);
         self.state.round = round;

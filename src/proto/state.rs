@@ -84,6 +84,20 @@ impl FragmentState {
         }
     }
 
+    /// Takes new anchor and momentum values and returns the state as it was: its values
+    /// are moved out, not copied (a merge keeps its parent without copying 8 B/parameter).
+    pub fn replace_values(&mut self, anchor: Vec<f32>, momentum: Vec<f32>) -> Self {
+        Self {
+            fragment: self.fragment,
+            round: self.round,
+            parent: self.parent,
+            anchor: std::mem::replace(&mut self.anchor, anchor),
+            momentum: std::mem::replace(&mut self.momentum, momentum),
+            log: self.log.clone(),
+            index: self.index.clone(),
+        }
+    }
+
     /// Whether a contribution with this short id is in the log.
     pub fn has_merged(&self, short: u64) -> bool {
         self.index.contains(&short)

@@ -192,6 +192,16 @@ fn delta_by(author: u64, round: u64, value: f32) -> (ContributionAnnounce, Arc<[
 }
 
 /// Feeds `p` a verified delta of `author`: its state votes count from then on.
+/// The offences reported in `out`, in order.
+fn offences(out: &[Output]) -> Vec<Offence> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::Misbehaved { offence, .. } => Some(*offence),
+            _ => None,
+        })
+        .collect()
+}
+
 fn credit(p: &mut Protocol, author: u64, round: u64, now: Millis) {
     let (c, bytes) = delta_by(author, round, 0.01);
     let from = PeerId(author);

@@ -2,7 +2,7 @@
 //! attacks 1–9). Each test drives the real state machine with what an attacker who read the
 //! source would send, and asserts what the honest peer does about it.
 
-use super::{delta_by, peer, plan};
+use super::{delta_by, offences, peer, plan};
 use crate::delta::{self, Codec, ContentHash, DeltaMeta, EncodeOptions};
 use crate::proto::*;
 use std::sync::Arc;
@@ -31,15 +31,6 @@ fn deliver(
         out.extend(p.handle(Event::Fetched { from, hash: c.hash, bytes }, now));
     }
     out
-}
-
-fn offences(out: &[Output]) -> Vec<Offence> {
-    out.iter()
-        .filter_map(|o| match o {
-            Output::Misbehaved { offence, .. } => Some(*offence),
-            _ => None,
-        })
-        .collect()
 }
 
 fn fetches(out: &[Output]) -> usize {

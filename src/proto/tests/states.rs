@@ -3,7 +3,7 @@
 //! peer that can check it; a state nobody here can recompute needs at least half the
 //! round's counted voters, not a plurality.
 
-use super::{credit, delta_by, peer};
+use super::{credit, delta_by, offences, peer};
 use crate::delta::ContentHash;
 use crate::proto::*;
 use std::sync::Arc;
@@ -13,15 +13,6 @@ fn fetched(out: &[Output]) -> Option<ContentHash> {
         Output::Fetch { hash, .. } => Some(*hash),
         _ => None,
     })
-}
-
-fn offences(out: &[Output]) -> Vec<Offence> {
-    out.iter()
-        .filter_map(|o| match o {
-            Output::Misbehaved { offence, .. } => Some(*offence),
-            _ => None,
-        })
-        .collect()
 }
 
 /// `voters` vote `state` for its round and reconciliation runs; the peer fetches the state
