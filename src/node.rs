@@ -18,16 +18,20 @@ pub mod anchors;
 mod effects;
 mod error;
 mod fetches;
+mod finish;
 mod inputs;
 pub mod ledger;
+pub mod memnet;
+pub mod network;
 mod setup;
 pub mod status;
 pub mod wire;
 pub mod worker;
 
 pub use error::NodeError;
+pub use network::Network;
 pub use setup::{initial_anchors, proto_peer};
-use setup::{open_protocol, open_trainer};
+use setup::{open, Opened};
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
@@ -35,16 +39,15 @@ use std::path::PathBuf;
 
 use std::time::Duration;
 
-use atoll_net::{NetClient, NetConfig, NetEvent, Node};
+use atoll_net::{NetConfig, NetEvent, Node};
 use bytes::Bytes;
 use tokio::sync::mpsc;
+use tokio::task::JoinSet;
 
 use crate::backend::Backend;
 use crate::data::{Corpus, Shard};
 
-use crate::fragment::FragmentPlan;
 use crate::manifest::{Manifest, RunId};
-use crate::model::params::{tensor_specs, write_fragment};
 use crate::proto::{Event, Millis, Offence, PeerId, Protocol, Timer};
 use status::TrainingStatus;
 use worker::{FromWorker, ToWorker, WorkerSetup};
@@ -62,6 +65,11 @@ const REANNOUNCE_DELAY_MS: u64 = 1_000;
 const MAX_REPORTED: usize = 4096;
 /// Most protocol ids mapped back to libp2p peer ids (fetch sources, penalties).
 const MAX_PEER_IDS: usize = 16_384;
+
+/// Most background tasks (publishes, manifest diagnoses) at once.
+const MAX_TASKS: usize = 256;
+/// How long background tasks may take to finish at shutdown.
+const SETTLE: Duration = Duration::from_secs(2);
 
 /// Told this peer's id and listen addresses once the network listens.
 pub type OnListening = Box<dyn FnOnce(atoll_net::PeerId, &[atoll_net::Multiaddr]) + Send>;
@@ -96,38 +104,48 @@ pub struct NodeReport {
     pub anchor_hashes: Vec<String>,
 }
 
-/// Runs a training peer until it is done, told to stop (`stop` resolves), or fails.
+/// Runs a training peer on atoll-net until it is done, told to stop (`stop` resolves), or
+/// fails.
 pub async fn run(
     mut opts: NodeOptions,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<NodeReport, NodeError> {
-    let settings = opts.manifest.validate()?;
-    opts.manifest.check_corpus(&opts.corpus)?;
-    std::fs::create_dir_all(&opts.run_dir)
-        .map_err(|source| NodeError::RunDir { path: opts.run_dir.clone(), source })?;
-    let started_unix_ms = status::unix_ms();
-    let (mut trainer, fresh) = open_trainer(&opts)?;
-    let plan = FragmentPlan::new(&tensor_specs(trainer.model()), settings.raw().fragments)?;
-    let param_count = plan.numel();
-    let proto = open_protocol(&opts, &settings, &plan)?;
-    if fresh {
-        // A fresh peer starts from the current anchors (the run's initial parameters, or
-        // the saved ones), never from a draw of its own.
-        for spec in &plan.fragments {
-            write_fragment(trainer.model_mut(), spec, &proto.state(spec.id).anchor)?;
-        }
-    }
-
+    // Configuration, checkpoint and anchors are checked before any socket is opened.
+    let opened = open(&opts)?;
     opts.net.run_id = opts.manifest.name.clone();
     let mut node = Node::start(opts.net.clone()).await?;
-    let client = node.client.clone();
-    let manifest_bytes = Bytes::from(opts.manifest.to_bytes());
-    client.put_blob(manifest_bytes)?;
     if let Some(tell) = opts.on_listening.take() {
-        tell(client.peer_id(), &node.listen_addrs);
+        tell(node.client.peer_id(), &node.listen_addrs);
     }
+    let result = serve(opts, opened, node.client.clone(), &mut node.events, stop).await;
+    node.handle.shutdown().await?;
+    result
+}
+
+/// Runs a training peer on any [`Network`] (tests run several over a
+/// [`memnet::MemSwarm`] in one process); otherwise as [`run`].
+pub async fn run_on<N: Network>(
+    opts: NodeOptions,
+    net: N,
+    mut events: mpsc::Receiver<NetEvent>,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<NodeReport, NodeError> {
+    let opened = open(&opts)?;
+    serve(opts, opened, net, &mut events, stop).await
+}
+
+/// The event loop of an opened peer, from the first step to the final status file.
+async fn serve<N: Network>(
+    opts: NodeOptions,
+    opened: Opened,
+    net: N,
+    events: &mut mpsc::Receiver<NetEvent>,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<NodeReport, NodeError> {
+    let Opened { trainer, fresh, plan, proto, period, started_unix_ms } = opened;
+    net.put_blob(Bytes::from(opts.manifest.to_bytes()))?;
     tracing::info!(
-        run = %opts.manifest.name, manifest = %opts.manifest.run_id(), params = param_count,
+        run = %opts.manifest.name, manifest = %opts.manifest.run_id(), params = plan.numel(),
         step = trainer.state().step, shard = ?opts.shard, "training peer started"
     );
 
@@ -149,22 +167,25 @@ pub async fn run(
         checkpoint_every: opts.checkpoint_every.max(1),
         hold: late,
     };
+    let anchors = anchors::Writer::start(opts.run_dir.clone()).map_err(NodeError::Thread)?;
     let worker = std::thread::Builder::new()
         .name("atoll-trainer".into())
         .spawn(move || worker::run(setup, worker_rx, worker_tx))
         .map_err(NodeError::Thread)?;
 
-    let proto_id = ledger::peer_hex(proto_peer(&client.peer_id()));
+    let proto_id = ledger::peer_hex(proto_peer(&net.peer_id()));
     let mut lp = Loop {
         epoch: opts.manifest.epoch_unix_ms,
         run_id: opts.manifest.run_id(),
         manifest: opts.manifest.clone(),
-        client,
+        net,
         proto,
-        period: settings.period_ms(),
+        period,
         timers: BinaryHeap::new(),
         peers: HashMap::new(),
         fetches: fetches::Fetches::default(),
+        tasks: JoinSet::new(),
+        anchors,
         foreign: HashSet::new(),
         reported: HashSet::new(),
         to_worker,
@@ -176,7 +197,7 @@ pub async fn run(
             tokens: resumed_tokens,
             tokens_at_start: resumed_tokens,
             proto_id,
-            param_count,
+            param_count: plan.numel(),
             ..TrainingStatus::default()
         },
         last_change: 0,
@@ -185,38 +206,44 @@ pub async fn run(
         started_unix_ms,
         reannounce_at: None,
         allow: opts.net.allow.clone(),
-        holding: late.then_some(clock + settings.period_ms() * 2 + QUIET_MARGIN_MS),
+        holding: late.then_some(clock + period * 2 + QUIET_MARGIN_MS),
     };
     if late {
         tracing::info!("joining a running swarm: fetching its anchors before training");
     }
-    let result = lp.drive(&mut node.events, from_worker, opts.duration, stop).await;
+    let result = lp.drive(events, from_worker, opts.duration, stop).await;
     lp.fetches.shutdown();
     // Closing the command channel ends a worker that is still running (after an error).
     lp.to_worker = mpsc::channel(1).0;
     let _ = worker.join();
-    let last = lp.client.stats().await;
-    node.handle.shutdown().await?;
-    if let Ok(stats) = last {
+    lp.settle().await;
+    let Loop { net, anchors, status, .. } = lp;
+    anchors.finish();
+    if let Ok(stats) = net.stats().await {
         let path = opts.run_dir.join(status::FILE_NAME);
-        if let Err(e) = status::write(&path, false, stats, Some(lp.status.clone())) {
+        if let Err(e) = status::write(&path, false, stats, Some(status)) {
             tracing::warn!(path = %path.display(), error = %e, "cannot write the final status");
         }
     }
     result
 }
 
-struct Loop {
+struct Loop<N> {
     epoch: u64,
     run_id: RunId,
     manifest: Manifest,
-    client: NetClient,
+    net: N,
     proto: Protocol,
     period: Millis,
     timers: BinaryHeap<Reverse<(Millis, Timer)>>,
     /// libp2p ids behind the protocol's peer ids.
     peers: HashMap<PeerId, atoll_net::PeerId>,
     fetches: fetches::Fetches,
+    /// Announcements being published and foreign manifests being diagnosed; awaited (for
+    /// a moment) at shutdown.
+    tasks: JoinSet<()>,
+    /// Fragment states on their way to disk.
+    anchors: anchors::Writer,
     /// (peer, run id) pairs of foreign messages already explained in the log.
     foreign: HashSet<(atoll_net::PeerId, [u8; 32])>,
     /// Offenders already logged, with the offence (one line each; bounded).
@@ -238,12 +265,7 @@ struct Loop {
     allow: Option<HashSet<atoll_net::PeerId>>,
 }
 
-impl Loop {
-    fn quiet_ms(&self) -> Millis {
-        let grace = self.proto.settings().raw().grace_cap_ms;
-        (self.period + grace + QUIET_MARGIN_MS).max(QUIET_MIN_MS)
-    }
-
+impl<N: Network> Loop<N> {
     fn now(&self) -> Millis {
         status::unix_ms().saturating_sub(self.epoch)
     }
@@ -311,7 +333,8 @@ impl Loop {
                         self.announce_states().await;
                     }
                     self.refresh_status();
-                    if let Ok(stats) = self.client.stats().await {
+                    self.reap();
+                    if let Ok(stats) = self.net.stats().await {
                         if let Err(e) = status::write(&status_path, true, stats, Some(self.status.clone())) {
                             tracing::warn!(error = %e, "cannot write status.json");
                         }
@@ -326,39 +349,6 @@ impl Loop {
                 }
             }
         }
-    }
-
-    /// Final anchors into the model, then the worker evaluates, checkpoints and stops.
-    async fn finish(&mut self) {
-        self.finishing = true;
-        if self.status.trained {
-            for p in 0..self.proto.settings().raw().fragments {
-                let anchor = self.proto.state(p).anchor.clone();
-                let round = self.proto.state(p).round;
-                let a = crate::proto::ApplyAnchor { fragment: p, round, anchor, alpha: 0.0 };
-                let _ = self.to_worker.send(ToWorker::Apply(a)).await;
-            }
-        }
-        let _ = self.to_worker.send(ToWorker::Finish).await;
-    }
-
-    /// Lets a held late joiner take its first step once every fragment caught up with the
-    /// swarm, or when its wait is over (nobody answered: the run's initial anchors it is).
-    async fn release_if_caught_up(&mut self) {
-        let Some(until) = self.holding else { return };
-        let p = self.proto.settings().raw().fragments;
-        let caught_up = (0..p).all(|i| self.proto.caught_up(i));
-        if !caught_up && self.now() < until {
-            return;
-        }
-        self.holding = None;
-        let rounds: Vec<u64> = (0..p).map(|i| self.proto.state(i).round).collect();
-        if caught_up {
-            tracing::info!(?rounds, "holding the swarm's anchors; training starts");
-        } else {
-            tracing::warn!(?rounds, "not caught up with the swarm in time; training starts anyway");
-        }
-        let _ = self.to_worker.send(ToWorker::Start).await;
     }
 
     /// Announces the state of every fragment that has merged at least once.
@@ -382,14 +372,5 @@ impl Loop {
         let p = self.proto.settings().raw().fragments;
         self.status.round = (0..p).map(|i| self.proto.state(i).round).collect();
         self.status.anchor_hashes = (0..p).map(|i| self.proto.state_hash(i).to_string()).collect();
-    }
-
-    fn save_anchors(&self) {
-        for p in 0..self.proto.settings().raw().fragments {
-            if let Err(e) = anchors::save(&self.run_dir, self.proto.state(p)) {
-                tracing::error!(error = %e, "cannot save anchors; training goes on");
-                return;
-            }
-        }
     }
 }

@@ -59,6 +59,7 @@ pub use client::{NetClient, NetEvent};
 pub use config::{NetConfig, DEFAULT_RUN_ID};
 pub use counters::{ByteCount, NetStats, RejectReason};
 pub use error::{AnnounceError, FetchError, IdentityError, NetError, StoreError};
+pub use libp2p::identity::Keypair;
 pub use libp2p::{Multiaddr, PeerId};
 pub use node::{Node, NodeHandle};
 pub use swarmkey::SwarmKeyError;

@@ -9,11 +9,11 @@ use atoll_net::BlobHash;
 use bytes::Bytes;
 
 use super::worker::ToWorker;
-use super::{anchors, status, wire, Loop, MAX_REPORTED};
+use super::{status, wire, Loop, MAX_REPORTED, MAX_TASKS, SETTLE};
 use crate::delta::ContentHash;
 use crate::proto::{Event, Message, Millis, Output, PeerId};
 
-impl Loop {
+impl<N: super::Network> Loop<N> {
     pub(super) async fn carry_out(&mut self, outs: Vec<Output>) {
         let mut queue = outs;
         queue.reverse();
@@ -52,9 +52,7 @@ impl Loop {
                         late = r.late,
                         "merged"
                     );
-                    if let Err(e) = anchors::save(&self.run_dir, self.proto.state(r.fragment)) {
-                        tracing::error!(error = %e, "cannot save anchors; training goes on");
-                    }
+                    self.anchors.save(self.proto.state(r.fragment).clone());
                 }
                 Output::Skipped { fragment, round } => {
                     self.status.skipped += 1;
@@ -64,9 +62,7 @@ impl Loop {
                     self.status.adopted += 1;
                     self.last_change = self.now();
                     tracing::info!(fragment, round, previous_round, "adopted the swarm's state");
-                    if let Err(e) = anchors::save(&self.run_dir, self.proto.state(fragment)) {
-                        tracing::error!(error = %e, "cannot save anchors; training goes on");
-                    }
+                    self.anchors.save(self.proto.state(fragment).clone());
                 }
                 Output::Misbehaved { peer, offence, detail } => {
                     *self.status.rejected.entry(offence.as_str().to_owned()).or_default() += 1;
@@ -77,7 +73,7 @@ impl Loop {
                         tracing::warn!(peer = %id, %offence, %detail, "peer misbehaved");
                     }
                     if let Some(p) = libp2p_id {
-                        let _ = self.client.penalize(p, offence.as_str()).await;
+                        self.net.penalize(p, offence.as_str()).await;
                     }
                 }
             }
@@ -87,13 +83,13 @@ impl Loop {
     /// Stores the announced payload (shared, not copied) so peers can fetch it, then
     /// gossips the announcement.
     pub(super) fn publish(&mut self, msg: Message, payload: Arc<[u8]>) {
-        if let Err(e) = self.client.put_blob(Bytes::from_owner(payload)) {
+        if let Err(e) = self.net.put_blob(Bytes::from_owner(payload)) {
             tracing::warn!(error = %e, "cannot store a payload for serving");
         }
         let payload = wire::encode(&self.run_id.0, &msg);
-        let client = self.client.clone();
-        tokio::spawn(async move {
-            if let Err(e) = client.publish(payload).await {
+        let net = self.net.clone();
+        self.spawn(async move {
+            if let Err(e) = net.publish(payload).await {
                 tracing::debug!(error = %e, "announcement not published");
             }
         });
@@ -109,13 +105,13 @@ impl Loop {
         max_len: u64,
         deadline: Millis,
     ) {
-        let client = self.client.clone();
+        let net = self.net.clone();
         let sources: Vec<atoll_net::PeerId> =
             holders.iter().filter_map(|p| self.peers.get(p).copied()).collect();
         let from = holders.first().copied().unwrap_or(PeerId(0));
         let budget = Duration::from_millis(deadline.saturating_sub(self.now()));
         self.fetches.start(hash, async move {
-            let fetch = client.fetch_blob_limited(BlobHash(hash.0), &sources, max_len);
+            let fetch = net.fetch(BlobHash(hash.0), sources, max_len);
             match tokio::time::timeout(budget, fetch).await {
                 Ok(Ok(bytes)) => Event::Fetched { from, hash, bytes: Arc::from(&bytes[..]) },
                 Ok(Err(e)) => {
@@ -125,5 +121,29 @@ impl Loop {
                 Err(_) => Event::FetchFailed { from, hash },
             }
         });
+    }
+
+    /// Runs `task` in the background, tracked; at most [`MAX_TASKS`] at once (the newest
+    /// is dropped beyond that: a publish or a diagnosis, both best effort).
+    pub(super) fn spawn(&mut self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        self.reap();
+        if self.tasks.len() < MAX_TASKS {
+            self.tasks.spawn(task);
+        } else {
+            tracing::debug!("too many background tasks; one dropped");
+        }
+    }
+
+    /// Forgets finished background tasks.
+    pub(super) fn reap(&mut self) {
+        while self.tasks.try_join_next().is_some() {}
+    }
+
+    /// Lets background tasks finish (announcements still going out), for a moment.
+    pub(super) async fn settle(&mut self) {
+        let all = async { while self.tasks.join_next().await.is_some() {} };
+        if tokio::time::timeout(SETTLE, all).await.is_err() {
+            self.tasks.abort_all();
+        }
     }
 }

@@ -9,7 +9,7 @@ use super::{proto_peer, status, wire, Loop, MAX_REPORTED, REANNOUNCE_DELAY_MS};
 use crate::manifest::{Manifest, RunId};
 use crate::proto::{Event, Offence};
 
-impl Loop {
+impl<N: super::Network> Loop<N> {
     pub(super) async fn on_worker(&mut self, msg: FromWorker) {
         match msg {
             FromWorker::Snapshot { fragment, round, params, tokens, steps } => {
@@ -71,7 +71,7 @@ impl Loop {
                         if self.reported.len() < MAX_REPORTED && self.reported.insert(key) {
                             tracing::warn!(peer = %sender, error = %e, "malformed protocol message");
                         }
-                        let _ = self.client.report(sender, RejectReason::Malformed).await;
+                        self.net.report(sender, RejectReason::Malformed).await;
                     }
                 }
             }
@@ -87,7 +87,7 @@ impl Loop {
             }
             NetEvent::UploadAbuse { peer, refused } => {
                 tracing::warn!(%peer, refused, "peer keeps asking for more than its share");
-                let _ = self.client.penalize(peer, "upload_abuse").await;
+                self.net.penalize(peer, "upload_abuse").await;
             }
             other => tracing::debug!(event = ?other, "network event"),
         }
@@ -100,11 +100,11 @@ impl Loop {
         if self.foreign.len() >= 1024 || !self.foreign.insert((peer, run)) {
             return;
         }
-        let client = self.client.clone();
+        let net = self.net.clone();
         let ours = self.manifest.clone();
-        tokio::spawn(async move {
+        self.spawn(async move {
             let max = crate::manifest::MAX_BYTES as u64;
-            let theirs = client.fetch_blob_limited(BlobHash(run), &[peer], max).await;
+            let theirs = net.fetch(BlobHash(run), vec![peer], max).await;
             let diff = match theirs.map(|b| Manifest::from_bytes(&b)) {
                 Ok(Ok(m)) => m.diff(&ours).join("; "),
                 Ok(Err(e)) => format!("its manifest is invalid: {e}"),

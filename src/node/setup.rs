@@ -2,9 +2,11 @@
 //! the run's initial parameters) and the protocol's id of a libp2p peer.
 
 use super::error::NodeError;
+use super::status;
 use crate::backend::Backend;
 use crate::fragment::FragmentPlan;
-use crate::model::params::read_fragment;
+use crate::model::params::{read_fragment, tensor_specs, write_fragment};
+use crate::proto::Millis;
 use crate::proto::{PeerId, Protocol, Settings};
 use crate::train::{TrainConfig, Trainer};
 
@@ -99,4 +101,33 @@ pub(super) fn open_protocol(
     }
     let init = initial_anchors(&opts.manifest.train, opts.backend, plan);
     Ok(Protocol::new(me, settings.clone(), plan, init, seed)?)
+}
+
+/// A node's trainer and protocol state, opened from its run dir and manifest.
+pub(super) struct Opened {
+    pub trainer: crate::train::Trainer,
+    pub fresh: bool,
+    pub plan: FragmentPlan,
+    pub proto: Protocol,
+    pub period: Millis,
+    pub started_unix_ms: u64,
+}
+
+pub(super) fn open(opts: &NodeOptions) -> Result<Opened, NodeError> {
+    let settings = opts.manifest.validate()?;
+    opts.manifest.check_corpus(&opts.corpus)?;
+    std::fs::create_dir_all(&opts.run_dir)
+        .map_err(|source| NodeError::RunDir { path: opts.run_dir.clone(), source })?;
+    let started_unix_ms = status::unix_ms();
+    let (mut trainer, fresh) = open_trainer(opts)?;
+    let plan = FragmentPlan::new(&tensor_specs(trainer.model()), settings.raw().fragments)?;
+    let proto = open_protocol(opts, &settings, &plan)?;
+    if fresh {
+        // A fresh peer starts from the current anchors (the run's initial parameters, or
+        // the saved ones), never from a draw of its own.
+        for spec in &plan.fragments {
+            write_fragment(trainer.model_mut(), spec, &proto.state(spec.id).anchor)?;
+        }
+    }
+    Ok(Opened { trainer, fresh, plan, proto, period: settings.period_ms(), started_unix_ms })
 }

@@ -1,0 +1,54 @@
+//! How a peer finishes and how a late joiner is held: a trained peer merges until the
+//! swarm is quiet, then applies its final anchors and has the trainer evaluate and
+//! checkpoint; a fresh peer joining a running swarm waits for the swarm's anchors before
+//! its first inner step.
+
+use super::worker::ToWorker;
+use super::{Loop, Network, QUIET_MARGIN_MS, QUIET_MIN_MS};
+use crate::proto::Millis;
+
+impl<N: Network> Loop<N> {
+    pub(super) fn quiet_ms(&self) -> Millis {
+        let grace = self.proto.settings().raw().grace_cap_ms;
+        (self.period + grace + QUIET_MARGIN_MS).max(QUIET_MIN_MS)
+    }
+
+    /// Final anchors into the model, then the worker evaluates, checkpoints and stops.
+    pub(super) async fn finish(&mut self) {
+        self.finishing = true;
+        if self.status.trained {
+            for p in 0..self.proto.settings().raw().fragments {
+                let anchor = self.proto.state(p).anchor.clone();
+                let round = self.proto.state(p).round;
+                let a = crate::proto::ApplyAnchor { fragment: p, round, anchor, alpha: 0.0 };
+                let _ = self.to_worker.send(ToWorker::Apply(a)).await;
+            }
+        }
+        let _ = self.to_worker.send(ToWorker::Finish).await;
+    }
+
+    /// Lets a held late joiner take its first step once every fragment caught up with the
+    /// swarm, or when its wait is over (nobody answered: the run's initial anchors it is).
+    pub(super) async fn release_if_caught_up(&mut self) {
+        let Some(until) = self.holding else { return };
+        let p = self.proto.settings().raw().fragments;
+        let caught_up = (0..p).all(|i| self.proto.caught_up(i));
+        if !caught_up && self.now() < until {
+            return;
+        }
+        self.holding = None;
+        let rounds: Vec<u64> = (0..p).map(|i| self.proto.state(i).round).collect();
+        if caught_up {
+            tracing::info!(?rounds, "holding the swarm's anchors; training starts");
+        } else {
+            tracing::warn!(?rounds, "not caught up with the swarm in time; training starts anyway");
+        }
+        let _ = self.to_worker.send(ToWorker::Start).await;
+    }
+
+    pub(super) fn save_anchors(&self) {
+        for p in 0..self.proto.settings().raw().fragments {
+            self.anchors.save(self.proto.state(p).clone());
+        }
+    }
+}

@@ -1,0 +1,229 @@
+//! The real node code (event loop, effects, fetch tasks, trainer thread, checkpoints and
+//! anchors on disk) driven in one process over [`atoll::node::memnet::MemSwarm`]: a
+//! restart, a late join and a partition, no processes and no sockets. Each test ends with
+//! every peer holding the same anchors and no honest peer reported by another.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use atoll::backend::Backend;
+use atoll::data::{Corpus, Shard};
+use atoll::manifest::Manifest;
+use atoll::node::memnet::MemSwarm;
+use atoll::node::status::{self, TrainingStatus};
+use atoll::node::{self, NodeError, NodeOptions, NodeReport};
+use atoll::proto::RawSettings;
+use atoll::train::TrainConfig;
+use atoll_net::{Keypair, NetConfig, PeerId};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+const POLL: Duration = Duration::from_millis(50);
+
+/// The tiny model with rounds of 200 ms (h 10 × 20 ms), epoch now.
+fn manifest(name: &str) -> Manifest {
+    let mut train = TrainConfig::tiny(11);
+    train.val_every = 1_000;
+    train.schedule.decay_steps = 2_000;
+    let protocol =
+        RawSettings { h: 10, step_ms: 20, grace_cap_ms: 40, ..atoll::manifest::default_protocol() };
+    let mut m = Manifest::new(name, train, &Corpus::embedded().unwrap(), protocol);
+    m.epoch_unix_ms = status::unix_ms();
+    m
+}
+
+/// One node running as a task of this process.
+struct Peer {
+    name: String,
+    dir: PathBuf,
+    id: PeerId,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<Result<NodeReport, NodeError>>>,
+}
+
+impl Peer {
+    /// Starts peer `index` of `count` (its key is derived from `index`, so a restart keeps
+    /// its id) in `root/peer-INDEX`, training to `steps`.
+    fn start(
+        swarm: &MemSwarm,
+        m: &Manifest,
+        root: &Path,
+        index: u32,
+        count: u32,
+        steps: u64,
+    ) -> Peer {
+        let key = Keypair::ed25519_from_bytes([index as u8 + 1; 32]).unwrap();
+        let id = key.public().to_peer_id();
+        let dir = root.join(format!("peer-{index}"));
+        let opts = NodeOptions {
+            manifest: m.clone(),
+            corpus: Corpus::embedded().unwrap(),
+            run_dir: dir.clone(),
+            shard: Shard { index, count },
+            backend: Backend::default(),
+            net: NetConfig::new(key, m.name.clone()),
+            target_step: Some(steps),
+            duration: None,
+            checkpoint_every: 50,
+            on_listening: None,
+        };
+        let (net, events) = swarm.join(id);
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(node::run_on(opts, net, events, async move {
+            let _ = stopped.await;
+        }));
+        Peer { name: format!("peer {index}"), dir, id, stop: Some(stop), task: Some(task) }
+    }
+
+    fn training(&self) -> Option<TrainingStatus> {
+        status::read(&self.dir.join(status::FILE_NAME)).ok()?.training
+    }
+
+    /// Polls the peer's status file until `ok` holds; panics after `within`.
+    async fn wait_until(
+        &self,
+        what: &str,
+        within: Duration,
+        mut ok: impl FnMut(&TrainingStatus) -> bool,
+    ) -> TrainingStatus {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(t) = self.training().filter(|t| ok(t)) {
+                return t;
+            }
+            if self.task.as_ref().is_some_and(|t| t.is_finished()) {
+                panic!("{} ended while waiting for: {what}", self.name);
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{}: timed out after {within:?} waiting for: {what}",
+                self.name
+            );
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Waits for the node to end by itself (trained, swarm quiet).
+    async fn report(&mut self, within: Duration) -> NodeReport {
+        let task = self.task.take().expect("running");
+        match tokio::time::timeout(within, task).await {
+            Ok(Ok(Ok(report))) => report,
+            Ok(Ok(Err(e))) => panic!("{} failed: {e}", self.name),
+            Ok(Err(e)) => panic!("{} panicked: {e}", self.name),
+            Err(_) => panic!("{} did not finish within {within:?}", self.name),
+        }
+    }
+
+    /// Tells the node to stop (it applies its anchors, evaluates, checkpoints and ends).
+    async fn stop(&mut self, swarm: &MemSwarm) -> NodeReport {
+        let _ = self.stop.take().expect("running").send(());
+        let report = self.report(Duration::from_secs(60)).await;
+        swarm.leave(self.id);
+        report
+    }
+}
+
+fn min_round(t: &TrainingStatus) -> u64 {
+    t.round.iter().copied().min().unwrap_or(0)
+}
+
+/// Every report holds the same anchors, and no peer reported another.
+fn assert_agreement(swarm: &MemSwarm, peers: &[Peer], reports: &[NodeReport]) {
+    for (p, r) in peers.iter().zip(reports) {
+        assert_eq!(
+            r.anchor_hashes, reports[0].anchor_hashes,
+            "{} ended on other anchors than {}",
+            p.name, peers[0].name
+        );
+        assert!(
+            swarm.reports_about(p.id).is_empty(),
+            "honest {} was reported: {:?}",
+            p.name,
+            swarm.reports_about(p.id)
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_peer_resumes_from_disk_and_the_swarm_agrees() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (swarm, m) = (MemSwarm::new(), manifest("in-process-restart"));
+    let mut peers: Vec<Peer> =
+        (0..3).map(|i| Peer::start(&swarm, &m, tmp.path(), i, 3, 400)).collect();
+    for p in &peers {
+        p.wait_until("5 rounds merged", Duration::from_secs(60), |t| t.merges >= 5 && t.step >= 60)
+            .await;
+    }
+    let before = peers[0].stop(&swarm).await;
+    assert!(before.step >= 60 && before.step < 400, "stopped at step {}", before.step);
+    peers[0] = Peer::start(&swarm, &m, tmp.path(), 0, 3, 400);
+    let t = peers[0]
+        .wait_until("trains again", Duration::from_secs(30), |t| t.step > before.step)
+        .await;
+    assert!(t.tokens_at_start > 0, "the restarted peer did not resume from its checkpoint");
+    peers[0].wait_until("merges again", Duration::from_secs(30), |t| t.merges >= 3).await;
+    let mut reports = Vec::new();
+    for p in &mut peers {
+        reports.push(p.report(Duration::from_secs(120)).await);
+    }
+    assert!(
+        reports.iter().all(|r| r.step == 400),
+        "steps {:?}",
+        reports.iter().map(|r| r.step).collect::<Vec<_>>()
+    );
+    assert_agreement(&swarm, &peers, &reports);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_joiner_takes_the_swarms_anchors_then_trains() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (swarm, m) = (MemSwarm::new(), manifest("in-process-late"));
+    let mut peers: Vec<Peer> =
+        (0..2).map(|i| Peer::start(&swarm, &m, tmp.path(), i, 3, 500)).collect();
+    for p in &peers {
+        p.wait_until("10 rounds", Duration::from_secs(60), |t| t.merges >= 10 && min_round(t) >= 6)
+            .await;
+    }
+    let swarm_round = min_round(&peers[1].training().unwrap());
+    peers.push(Peer::start(&swarm, &m, tmp.path(), 2, 3, 200));
+    let t = peers[2].wait_until("first inner step", Duration::from_secs(30), |t| t.step > 0).await;
+    assert!(
+        t.join_rounds.iter().all(|&r| r + 1 >= swarm_round),
+        "started training at rounds {:?} while the swarm was at round {swarm_round}",
+        t.join_rounds
+    );
+    let mut reports = Vec::new();
+    for p in &mut peers {
+        reports.push(p.report(Duration::from_secs(120)).await);
+    }
+    assert_agreement(&swarm, &peers, &reports);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_healed_partition_ends_in_agreement() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (swarm, m) = (MemSwarm::new(), manifest("in-process-partition"));
+    let mut peers: Vec<Peer> =
+        (0..4).map(|i| Peer::start(&swarm, &m, tmp.path(), i, 4, 500)).collect();
+    for p in &peers {
+        p.wait_until("3 rounds merged", Duration::from_secs(60), |t| t.merges >= 3).await;
+    }
+    let ids: Vec<PeerId> = peers.iter().map(|p| p.id).collect();
+    swarm.split(&[&ids[..2], &ids[2..]]);
+    // Apart, each side merges on its own and the two lineages differ.
+    let apart = min_round(&peers[0].training().unwrap()) + 4;
+    let mut sides = Vec::new();
+    for p in &peers {
+        let t = p
+            .wait_until("4 rounds apart", Duration::from_secs(60), |t| min_round(t) >= apart)
+            .await;
+        sides.push(t.anchor_hashes);
+    }
+    assert_ne!(sides[0], sides[2], "the two sides of the partition did not diverge");
+    swarm.heal();
+    let mut reports = Vec::new();
+    for p in &mut peers {
+        reports.push(p.report(Duration::from_secs(120)).await);
+    }
+    assert_agreement(&swarm, &peers, &reports);
+}
