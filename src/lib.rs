@@ -22,6 +22,7 @@ pub mod chaos;
 pub mod checkpoint;
 pub mod data;
 pub mod delta;
+pub mod fleet;
 pub mod fragment;
 pub mod manifest;
 pub mod metrics;

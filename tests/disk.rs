@@ -13,15 +13,17 @@
 mod common;
 
 use std::collections::BTreeSet;
+use std::ffi::OsString;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use atoll::checkpoint;
 use atoll::data::Corpus;
+use atoll::fleet::{Process, Spec, Until};
 use atoll::node::status;
 use atoll::train::TrainConfig;
 use rand::{Rng, SeedableRng};
@@ -57,49 +59,29 @@ fn checkpoint_step(run_dir: &Path, log: &Path) -> Option<u64> {
     }
 }
 
-/// A process under test, logging to a file outside the disk under test; killed when dropped.
+/// A process under test ([`Process`]: killed when dropped), logging to a file outside the
+/// disk under test.
 struct Proc {
-    child: Child,
+    process: Process,
     log: PathBuf,
-    exit: Option<ExitStatus>,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if self.exit.is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
 }
 
 impl Proc {
-    fn spawn(mut cmd: Command, log: &Path) -> Proc {
-        let file = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
-        if std::env::var_os("RUST_LOG").is_none() {
-            cmd.env("RUST_LOG", "info");
-        }
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(file.try_clone().unwrap())
-            .stderr(file)
-            .spawn()
-            .expect("cannot start atoll");
-        Proc { child, log: log.to_owned(), exit: None }
+    fn spawn(args: &[OsString], log: &Path) -> Proc {
+        let exe = Path::new(env!("CARGO_BIN_EXE_atoll"));
+        let process = Process::start(exe, args, &[], log).expect("cannot start atoll");
+        Proc { process, log: log.to_owned() }
     }
 
     fn kill9(&mut self) {
-        self.child.kill().unwrap();
-        self.exit = Some(self.child.wait().unwrap());
+        self.process.kill().unwrap();
     }
 
     fn terminate(&mut self, within: Duration) -> ExitStatus {
-        let pid = self.child.id().to_string();
-        assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+        self.process.signal("-TERM").unwrap();
         let deadline = Instant::now() + within;
         loop {
-            if let Some(exit) = self.child.try_wait().unwrap() {
-                self.exit = Some(exit);
+            if let Some(exit) = self.process.poll_exit().unwrap() {
                 return exit;
             }
             assert!(Instant::now() < deadline, "no exit within {within:?}\n{}", tail(&self.log));
@@ -108,8 +90,7 @@ impl Proc {
     }
 
     fn assert_alive(&mut self) {
-        if let Some(exit) = self.child.try_wait().unwrap() {
-            self.exit = Some(exit);
+        if let Some(exit) = self.process.poll_exit().unwrap() {
             panic!("the process exited ({exit}) while it should train\n{}", tail(&self.log));
         }
     }
@@ -134,14 +115,12 @@ impl Proc {
 
 // ---- SIGKILL during checkpoint writes ----------------------------------------------------
 
-fn train(run_dir: &Path, steps: u64) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_atoll"));
-    cmd.arg("train")
-        .arg("--run-dir")
-        .arg(run_dir)
-        .args(["--steps", &steps.to_string(), "--checkpoint-every", "1", "--seed", "3"])
-        .args(TINY.split(' '));
-    cmd
+/// The arguments of `atoll train` on the tiny model, checkpointing every step.
+fn train(run_dir: &Path, steps: u64) -> Vec<OsString> {
+    let mut args: Vec<OsString> = vec!["train".into(), "--run-dir".into(), run_dir.into()];
+    let flags = format!("--steps {steps} --checkpoint-every 1 --seed 3 {TINY}");
+    args.extend(flags.split(' ').map(OsString::from));
+    args
 }
 
 /// Identity of the checkpoint file: it changes with every write (a new inode renamed over
@@ -165,7 +144,7 @@ fn sigkill_during_checkpoint_writes_leaves_a_loadable_checkpoint_that_resumes() 
     let (mut step, mut mid_write) = (0, 0);
     for round in 0..ROUNDS {
         let before = identity(&ckpt);
-        let mut p = Proc::spawn(train(&run_dir, 1_000_000), &log);
+        let mut p = Proc::spawn(&train(&run_dir, 1_000_000), &log);
         // Once this process has written a checkpoint of its own...
         p.wait_for("a checkpoint of the new process", Duration::from_secs(30), || {
             identity(&ckpt).filter(|&i| Some(i) != before)
@@ -199,7 +178,10 @@ fn sigkill_during_checkpoint_writes_leaves_a_loadable_checkpoint_that_resumes() 
 
     // A last start resumes from the last checkpoint (past any leftover temporary file) and
     // runs to its target.
-    let out = train(&run_dir, step + 20).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_atoll"))
+        .args(train(&run_dir, step + 20))
+        .output()
+        .unwrap();
     let (stdout, stderr) =
         (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "resume failed\n{stdout}\n{stderr}");
@@ -223,15 +205,10 @@ fn tiny_manifest(dir: &Path, name: &str) -> PathBuf {
 
 /// A lone training peer (`atoll run`) checkpointing every 10 steps.
 fn peer(run_dir: &Path, manifest: &Path, log: &Path) -> Proc {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_atoll"));
-    cmd.arg("run")
-        .arg("--run-dir")
-        .arg(run_dir)
-        .arg("--config")
-        .arg(manifest)
-        .args(["--shard", "0/1", "--steps", "1000000", "--checkpoint-every", "10"])
-        .args(["--listen", "/ip4/127.0.0.1/tcp/0", "--no-mdns"]);
-    Proc::spawn(cmd, log)
+    let spec = Spec::train(run_dir.to_owned(), manifest, "0/1", Until::Steps(1_000_000))
+        .arg("--checkpoint-every")
+        .arg("10");
+    Proc::spawn(&spec.command_line(), log)
 }
 
 /// Steps whose checkpoint write failed, from the log; every such error must name the

@@ -125,7 +125,7 @@ fn attacker(
     rt.unwrap().block_on(async move {
         let keypair = atoll_net::identity::load_or_create(&key).unwrap();
         let mut cfg = NetConfig::new(keypair, "hostile");
-        cfg.listen = vec![common::LOOPBACK_TCP.parse().unwrap()];
+        cfg.listen = vec![atoll::fleet::LOOPBACK_TCP.parse().unwrap()];
         cfg.bootstrap = addrs;
         let mut node = Node::start(cfg).await.unwrap();
         let me = node.client.peer_id();

@@ -20,8 +20,9 @@ fn peers_with_different_manifests_refuse_each_other_and_say_why() {
     let pa = write_manifest(tmp.path().join("a.json"), &a);
     let pb = write_manifest(tmp.path().join("b.json"), &b);
 
-    let spec =
-        |name: &str, manifest| Spec::train(tmp.path().join(name), manifest, "0/1", Until::Secs(60));
+    let spec = |name: &str, manifest| {
+        Spec::train(tmp.path().join(name), manifest, "0/1", Until::Seconds(60))
+    };
     let mut first = Peer::start("a", spec("a", &pa));
     let addr = first.listen_addr(DEADLINE);
     let second = Peer::start("b", spec("b", &pb).bootstrap(Some(addr)));

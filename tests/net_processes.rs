@@ -86,7 +86,7 @@ fn status_command_reads_a_stopped_peer() -> anyhow::Result<()> {
     // A restart in the same run dir keeps the peer id (the key file persists).
     drop(peer);
     let mut again = [spawn(root.path(), "solo", None)];
-    let new_pid = again[0].child.id();
+    let new_pid = again[0].process.pid();
     wait_for("the restarted peer's status", DEADLINE, &mut again, |p| {
         p[0].status().is_some_and(|s| s.pid == new_pid && s.running)
     });

@@ -3,11 +3,11 @@
 //! per peer, and ends with a summary table and `RUN_DIR/summary.json`.
 
 use std::path::{Path, PathBuf};
-use std::process::Child;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use atoll::backend::Backend;
+use atoll::fleet::{Process, Spec, Until};
 use atoll::manifest::Manifest;
 use atoll::node::status::{self, StatusFile};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget};
@@ -86,9 +86,8 @@ pub struct Summary {
 
 struct Peer {
     dir: PathBuf,
-    child: Child,
+    process: Process,
     bar: ProgressBar,
-    exit: Option<std::process::ExitStatus>,
 }
 
 pub fn main(args: Args) -> anyhow::Result<()> {
@@ -109,10 +108,8 @@ pub fn main(args: Args) -> anyhow::Result<()> {
     let mut peers: Vec<Peer> = Vec::new();
     let result = run_swarm(&args, &manifest_path, &multi, &mut peers);
     if result.is_err() {
-        for p in &mut peers {
-            let _ = p.child.kill();
-            let _ = p.child.wait();
-        }
+        // Dropping a process kills it.
+        peers.clear();
     }
     result?;
     multi.clear().ok();
@@ -136,18 +133,14 @@ fn start_peer(
     multi: &MultiProgress,
 ) -> anyhow::Result<Peer> {
     let dir = swarm::peer_dir(&args.run_dir, index);
-    let child = swarm::spawn(&swarm::Launch {
-        dir: dir.clone(),
-        manifest,
-        index,
-        peers: args.peers,
-        until: swarm::Until::Steps(args.steps),
-        backend: args.backend,
-        data: args.data.as_deref(),
-        bootstrap,
-    })?;
+    let shard = format!("{index}/{}", args.peers);
+    let spec = Spec::train(dir.clone(), manifest, &shard, Until::Steps(args.steps))
+        .bootstrap(bootstrap.iter().cloned())
+        .backend(args.backend)
+        .data(args.data.as_deref());
+    let process = swarm::start(&spec)?;
     let bar = swarm::bar(multi, &index.to_string(), args.steps);
-    Ok(Peer { dir, child, bar, exit: None })
+    Ok(Peer { dir, process, bar })
 }
 
 fn run_swarm(
@@ -160,7 +153,7 @@ fn run_swarm(
     peers.push(start_peer(args, manifest, 0, &[], multi)?);
     // The first peer's address is the others' bootstrap.
     let first = &mut peers[0];
-    let addr = swarm::listen_addr(&first.dir, &mut first.child, 0, Duration::from_secs(60))?;
+    let addr = swarm::listen_addr(&first.dir, &mut first.process, 0, Duration::from_secs(60))?;
     for i in 1..args.peers {
         peers.push(start_peer(args, manifest, i, std::slice::from_ref(&addr), multi)?);
     }
@@ -169,13 +162,11 @@ fn run_swarm(
     loop {
         let mut running = 0;
         for (i, p) in peers.iter_mut().enumerate() {
-            if p.exit.is_none() {
-                p.exit = p.child.try_wait()?;
-                if let Some(exit) = p.exit.filter(|e| !e.success()) {
-                    bail!("peer {i} failed ({exit}):\n{}", swarm::log_tail(&p.dir));
-                }
+            let exit = p.process.poll_exit()?;
+            if let Some(exit) = exit.filter(|e| !e.success()) {
+                bail!("peer {i} failed ({exit}):\n{}", swarm::log_tail(&p.dir));
             }
-            running += usize::from(p.exit.is_none());
+            running += usize::from(exit.is_none());
             if let Some((step, msg)) = swarm::live_line(&p.dir) {
                 p.bar.set_position(step);
                 p.bar.set_message(msg);

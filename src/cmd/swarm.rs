@@ -2,12 +2,12 @@
 //! `atoll chaos`: the run directory, starting a peer, its bootstrap address, its live line.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use atoll::backend::Backend;
 use atoll::data::Corpus;
+use atoll::fleet::{self, Process, Spec};
 use atoll::fragment::FragmentPlan;
 use atoll::manifest::{self, Manifest};
 use atoll::node::anchors;
@@ -17,26 +17,6 @@ use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 /// The swarm name of local swarm runs.
 const SWARM_NAME: &str = "atoll-demo";
-
-/// When a peer stops training.
-#[derive(Debug, Clone, Copy)]
-pub enum Until {
-    Steps(u64),
-    Seconds(u64),
-}
-
-/// How to start one peer process.
-#[derive(Debug)]
-pub struct Launch<'a> {
-    pub dir: PathBuf,
-    pub manifest: &'a Path,
-    pub index: u32,
-    pub peers: u32,
-    pub until: Until,
-    pub backend: Backend,
-    pub data: Option<&'a Path>,
-    pub bootstrap: &'a [String],
-}
 
 /// The run manifest of a local swarm: `config`, or the default one with `seed` and, if
 /// given, a learning-rate decay over `decay_steps`; its epoch is set to now.
@@ -103,61 +83,26 @@ pub fn peer_dir(swarm: &Path, index: u32) -> PathBuf {
     swarm.join(format!("peer-{index}"))
 }
 
-/// Starts one `atoll run` on 127.0.0.1 (OS-chosen port, no mDNS); its output is appended
-/// to `peer.log` in its run dir, so a restarted peer's log keeps the earlier lives.
-pub fn spawn(l: &Launch<'_>) -> anyhow::Result<Child> {
-    std::fs::create_dir_all(&l.dir)
-        .with_context(|| format!("cannot create {}", l.dir.display()))?;
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(l.dir.join("peer.log"))?;
+/// Starts one peer of a local swarm with this executable (see [`fleet::Spec::start`]).
+pub fn start(spec: &Spec) -> anyhow::Result<Process> {
     let exe = std::env::current_exe().context("cannot find the atoll executable")?;
-    let mut cmd = Command::new(exe);
-    cmd.arg("run")
-        .arg("--run-dir")
-        .arg(&l.dir)
-        .arg("--config")
-        .arg(l.manifest)
-        .args(["--shard", &format!("{}/{}", l.index, l.peers)])
-        .args(["--listen", "/ip4/127.0.0.1/tcp/0", "--no-mdns"])
-        .args(["--backend", l.backend.name()]);
-    match l.until {
-        Until::Steps(n) => cmd.args(["--steps", &n.to_string()]),
-        Until::Seconds(s) => cmd.args(["--duration", &s.to_string()]),
-    };
-    if let Some(data) = l.data {
-        cmd.arg("--data").arg(data);
-    }
-    for b in l.bootstrap {
-        cmd.args(["--bootstrap", b]);
-    }
-    if std::env::var_os("RUST_LOG").is_none() {
-        cmd.env("RUST_LOG", "info");
-    }
-    cmd.stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .spawn()
-        .context("cannot start a peer process")
+    spec.start(&exe).with_context(|| format!("cannot start a peer in {}", spec.dir.display()))
 }
 
-/// The TCP listen address a freshly started peer writes to its status file, for others to
-/// bootstrap from. `since_unix_ms` skips the status file of an earlier life.
+/// Waits for the TCP listen address a freshly started peer writes to its status file, for
+/// others to bootstrap from. `since_unix_ms` skips the status file of an earlier life.
 pub fn listen_addr(
     dir: &Path,
-    child: &mut Child,
+    process: &mut Process,
     since_unix_ms: u64,
     timeout: Duration,
 ) -> anyhow::Result<String> {
     let deadline = Instant::now() + timeout;
     loop {
-        if let Ok(s) = status::read(&dir.join(status::FILE_NAME)) {
-            let fresh = s.running && s.pid == child.id() && s.updated_unix_ms >= since_unix_ms;
-            if let Some(a) = s.stats.listen_addrs.iter().find(|a| a.contains("/tcp/")) {
-                if fresh {
-                    return Ok(a.clone());
-                }
-            }
+        if let Some(a) = fleet::listen_addr(dir, process.pid(), since_unix_ms) {
+            return Ok(a);
         }
-        if let Some(exit) = child.try_wait()? {
+        if let Some(exit) = process.poll_exit()? {
             bail!("{} exited ({exit}) before listening:\n{}", dir.display(), log_tail(dir));
         }
         if Instant::now() > deadline {
@@ -167,10 +112,16 @@ pub fn listen_addr(
     }
 }
 
-/// A progress bar line for one peer.
+/// A progress bar line for one peer: `peer I [====>   ] step S/LEN …` (`step S …` when
+/// the length is unknown, 0).
 pub fn bar(multi: &MultiProgress, prefix: &str, len: u64) -> ProgressBar {
     let bar = multi.add(ProgressBar::new(len));
-    let style = ProgressStyle::with_template("peer {prefix} [{bar:20}] {msg}")
+    let template = if len > 0 {
+        "peer {prefix} [{bar:20}] step {pos}/{len} {msg}"
+    } else {
+        "peer {prefix} step {pos} {msg}"
+    };
+    let style = ProgressStyle::with_template(template)
         .unwrap_or_else(|_| ProgressStyle::default_bar())
         .progress_chars("=> ");
     bar.set_style(style);
@@ -184,7 +135,7 @@ pub fn console_is_terminal() -> bool {
     std::io::stderr().is_terminal()
 }
 
-/// `(step, "step … loss … val_bpb … round … peers … sent …")` from a peer's status file.
+/// `(step, "loss … val_bpb … round … peers … sent …")` from a peer's status file.
 pub fn live_line(dir: &Path) -> Option<(u64, String)> {
     let s = status::read(&dir.join(status::FILE_NAME)).ok()?;
     let t = s.training.as_ref()?;
@@ -199,8 +150,7 @@ pub fn live_line(dir: &Path) -> Option<(u64, String)> {
     Some((
         t.step,
         format!(
-            "step {} loss {loss} val_bpb {bpb} round {round} peers {} sent {}{phase}",
-            t.step,
+            "loss {loss} val_bpb {bpb} round {round} peers {} sent {}{phase}",
             s.stats.run_peers.len(),
             super::status::bytes(s.stats.bytes_sent)
         ),
@@ -209,9 +159,7 @@ pub fn live_line(dir: &Path) -> Option<(u64, String)> {
 
 /// The last lines of a peer's log, for error messages.
 pub fn log_tail(dir: &Path) -> String {
-    let text = std::fs::read_to_string(dir.join("peer.log")).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(15)..].join("\n")
+    fleet::tail(&dir.join(fleet::LOG_FILE), 15)
 }
 
 /// Consensus distance of the peers' saved anchors, averaged over fragments.

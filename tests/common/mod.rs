@@ -6,11 +6,12 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use atoll::data::Corpus;
+pub use atoll::fleet::{Process, Spec, Until};
 use atoll::manifest::Manifest;
 use atoll::node::status::{self, StatusFile, TrainingStatus};
 use atoll::proto::RawSettings;
@@ -21,8 +22,6 @@ use atoll::train::TrainConfig;
 static SERIAL: Mutex<()> = Mutex::new(());
 /// How often status files are polled.
 pub const POLL: Duration = Duration::from_millis(100);
-/// Where peers listen unless told otherwise.
-pub const LOOPBACK_TCP: &str = "/ip4/127.0.0.1/tcp/0";
 /// Lines of a peer's log shown when a test fails.
 const LOG_TAIL_LINES: usize = 20;
 
@@ -68,172 +67,40 @@ pub fn swarm_manifest(dir: &Path, name: &str) -> PathBuf {
     write_manifest(dir.join("manifest-in.json"), &m)
 }
 
-/// How a peer process was started, so it can be started again on the same run dir.
-#[derive(Clone)]
-pub struct Spec {
-    pub dir: PathBuf,
-    /// What the peer is: a training peer or a `--no-train` one.
-    pub role: Role,
-    pub bootstrap: Option<String>,
-    /// Arguments added at the end, e.g. `--fault-injection`.
-    pub extra: Vec<String>,
-    /// The listen address (default `/ip4/127.0.0.1/tcp/0`).
-    pub listen: String,
-    /// A command the peer is started under, e.g. `ip netns exec NS` (default none).
-    pub wrapper: Vec<String>,
-}
-
-/// The part of a peer's command line that says what it does.
-#[derive(Clone)]
-pub enum Role {
-    /// `--config MANIFEST --shard SHARD`, and `--steps` or `--duration`.
-    Train { manifest: PathBuf, shard: String, until: Until },
-    /// `--no-train --run-id RUN_ID`.
-    Serve { run_id: String },
-}
-
-/// When a training peer stops by itself.
-#[derive(Clone, Copy, Debug)]
-pub enum Until {
-    Steps(u64),
-    Secs(u64),
-}
-
-impl Spec {
-    fn new(dir: PathBuf, role: Role) -> Spec {
-        let listen = LOOPBACK_TCP.to_owned();
-        Spec { dir, role, bootstrap: None, extra: Vec::new(), listen, wrapper: Vec::new() }
-    }
-
-    /// A training peer of `manifest`.
-    pub fn train(dir: PathBuf, manifest: &Path, shard: &str, until: Until) -> Spec {
-        let manifest = manifest.to_owned();
-        let role = Role::Train { manifest, shard: shard.to_owned(), until };
-        Spec::new(dir, role)
-    }
-
-    /// A `--no-train` peer of swarm `run_id`.
-    pub fn serve(dir: PathBuf, run_id: &str) -> Spec {
-        Spec::new(dir, Role::Serve { run_id: run_id.to_owned() })
-    }
-
-    pub fn bootstrap(mut self, addr: Option<String>) -> Spec {
-        self.bootstrap = addr;
-        self
-    }
-
-    pub fn listen(mut self, addr: &str) -> Spec {
-        self.listen = addr.to_owned();
-        self
-    }
-
-    pub fn wrapper(mut self, command: &[&str]) -> Spec {
-        self.wrapper = command.iter().map(|s| s.to_string()).collect();
-        self
-    }
-
-    pub fn arg(mut self, arg: &str) -> Spec {
-        self.extra.push(arg.to_owned());
-        self
-    }
-
-    /// The step target, for a training peer started with `--steps`.
-    pub fn steps(&self) -> Option<u64> {
-        match self.role {
-            Role::Train { until: Until::Steps(n), .. } => Some(n),
-            _ => None,
-        }
-    }
-}
-
-/// A running `atoll run`; killed when dropped. Its stdout and stderr go to `DIR/peer.log`.
+/// A running `atoll run` (an [`atoll::fleet::Process`]: killed when dropped). Its stdout
+/// and stderr go to `DIR/peer.log`.
 pub struct Peer {
     pub name: String,
     pub spec: Spec,
-    pub child: Child,
-    pub exit: Option<ExitStatus>,
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        if self.exit.is_none() {
-            // A stopped process must be continued to die promptly on some systems.
-            let _ = Command::new("kill").args(["-CONT", &self.child.id().to_string()]).status();
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+    pub process: Process,
 }
 
 impl Peer {
     pub fn start(name: &str, spec: Spec) -> Peer {
-        std::fs::create_dir_all(&spec.dir).unwrap();
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(spec.dir.join("peer.log"))
-            .unwrap();
-        let bin = env!("CARGO_BIN_EXE_atoll");
-        let mut cmd = match spec.wrapper.split_first() {
-            Some((first, rest)) => {
-                let mut c = Command::new(first);
-                c.args(rest).arg(bin);
-                c
-            }
-            None => Command::new(bin),
-        };
-        cmd.arg("run").arg("--run-dir").arg(&spec.dir);
-        match &spec.role {
-            Role::Train { manifest, shard, until } => {
-                cmd.arg("--config").arg(manifest).args(["--shard", shard]);
-                match until {
-                    Until::Steps(n) => cmd.args(["--steps", &n.to_string()]),
-                    Until::Secs(s) => cmd.args(["--duration", &s.to_string()]),
-                };
-            }
-            Role::Serve { run_id } => {
-                cmd.args(["--no-train", "--run-id", run_id]);
-            }
-        }
-        cmd.args(["--listen", &spec.listen, "--no-mdns"]);
-        if let Some(b) = &spec.bootstrap {
-            cmd.args(["--bootstrap", b]);
-        }
-        cmd.args(&spec.extra);
-        if std::env::var_os("RUST_LOG").is_none() {
-            cmd.env("RUST_LOG", "info");
-        }
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("cannot start atoll run");
-        Peer { name: name.to_owned(), spec, child, exit: None }
+        let process =
+            spec.start(Path::new(env!("CARGO_BIN_EXE_atoll"))).expect("cannot start atoll run");
+        Peer { name: name.to_owned(), spec, process }
     }
 
     pub fn pid(&self) -> String {
-        self.child.id().to_string()
+        self.process.pid().to_string()
     }
 
     /// Sends a signal (`-TERM`, `-STOP`, …) with kill(1).
     pub fn signal(&self, sig: &str) {
-        let ok = Command::new("kill").args([sig, &self.pid()]).status().unwrap();
-        assert!(ok.success(), "kill {sig} {} failed", self.name);
+        if let Err(e) = self.process.signal(sig) {
+            panic!("{}: {e}", self.name);
+        }
     }
 
     /// Kills the process and waits for it.
     pub fn kill(&mut self) {
-        self.child.kill().unwrap();
-        self.exit = Some(self.child.wait().unwrap());
+        self.process.kill().unwrap();
     }
 
     /// The exit status once the process has ended (remembered).
     pub fn poll_exit(&mut self) -> Option<ExitStatus> {
-        if self.exit.is_none() {
-            self.exit = self.child.try_wait().unwrap();
-        }
-        self.exit
+        self.process.poll_exit().unwrap()
     }
 
     pub fn status(&self) -> Option<StatusFile> {
@@ -256,17 +123,11 @@ impl Peer {
 
     /// The whole log.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.spec.dir.join("peer.log")).unwrap_or_default()
+        self.process.log()
     }
 
     pub fn log_tail(&self) -> String {
-        let text = self.log();
-        let lines: Vec<&str> = text.lines().collect();
-        format!(
-            "--- {} log tail ---\n{}",
-            self.name,
-            lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
-        )
+        format!("--- {} log tail ---\n{}", self.name, self.process.log_tail(LOG_TAIL_LINES))
     }
 
     /// Fails the test (with the log) if the peer exited while it should be running.

@@ -2,11 +2,11 @@
 //! resume) applied as the clock reaches each fault, live lines, and the outcome.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use atoll::chaos::{self, Fault, FaultKind, Incarnation};
+use atoll::fleet::{Process, Spec, Until};
 use atoll::manifest::Manifest;
 use atoll::node::{ledger, status};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget};
@@ -15,8 +15,8 @@ use super::{swarm, Args, Outcome, PLAIN_EVERY, REFRESH};
 
 /// One peer's slot in the swarm.
 enum Slot {
-    Up { child: Child },
-    Paused { child: Child, until_ms: u64 },
+    Up { child: Process },
+    Paused { child: Process, until_ms: u64 },
     Down { restart_ms: u64 },
     Exited,
 }
@@ -62,11 +62,8 @@ pub(super) fn run_swarm(
     };
     let result = s.drive(faults);
     for slot in &mut s.slots {
-        if let Slot::Up { child } | Slot::Paused { child, .. } = slot {
-            let _ = Command::new("kill").args(["-CONT", &child.id().to_string()]).status();
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        // Dropping a process continues and kills it.
+        *slot = Slot::Exited;
     }
     s.multi.clear().ok();
     result?;
@@ -123,18 +120,15 @@ impl Swarm<'_> {
     }
 
     /// Starts peer `i` (training until the window ends) and records a new life.
-    fn launch(&mut self, i: u32, bootstrap: &[String], restart: bool) -> anyhow::Result<Child> {
+    fn launch(&mut self, i: u32, bootstrap: &[String], restart: bool) -> anyhow::Result<Process> {
         let left_ms = (self.args.duration * 1000).saturating_sub(self.elapsed_ms());
-        let child = swarm::spawn(&swarm::Launch {
-            dir: swarm::peer_dir(self.dir, i),
-            manifest: &self.manifest,
-            index: i,
-            peers: self.args.peers,
-            until: swarm::Until::Seconds(left_ms.div_ceil(1000).max(1)),
-            backend: self.args.backend,
-            data: self.args.data.as_deref(),
-            bootstrap,
-        })?;
+        let until = Until::Seconds(left_ms.div_ceil(1000).max(1));
+        let shard = format!("{i}/{}", self.args.peers);
+        let spec = Spec::train(swarm::peer_dir(self.dir, i), &self.manifest, &shard, until)
+            .bootstrap(bootstrap.iter().cloned())
+            .backend(self.args.backend)
+            .data(self.args.data.as_deref());
+        let child = swarm::start(&spec)?;
         self.lives.push(Incarnation {
             peer: i as usize,
             proto_id: String::new(),
@@ -204,13 +198,12 @@ impl Swarm<'_> {
         self.slots[f.peer] = match f.kind {
             FaultKind::Kill { down_ms } => {
                 child.kill().context("cannot kill a peer")?;
-                child.wait()?;
                 self.out.kills += 1;
                 self.say(format!("kill peer {} (down {:.1} s)", f.peer, down_ms as f64 / 1000.0));
                 Slot::Down { restart_ms: f.at_ms + down_ms }
             }
             FaultKind::Pause { for_ms } => {
-                signal(&child, "-STOP")?;
+                child.signal("-STOP")?;
                 self.out.pauses += 1;
                 self.say(format!("pause peer {} for {:.1} s", f.peer, for_ms as f64 / 1000.0));
                 Slot::Paused { child, until_ms: f.at_ms + for_ms }
@@ -240,11 +233,11 @@ impl Swarm<'_> {
                 Slot::Up { child }
             }
             Slot::Paused { child, until_ms } if until_ms <= now => {
-                signal(&child, "-CONT")?;
+                child.signal("-CONT")?;
                 self.say(format!("resume peer {i}"));
                 Slot::Up { child }
             }
-            Slot::Up { mut child } => match child.try_wait()? {
+            Slot::Up { mut child } => match child.poll_exit()? {
                 None => Slot::Up { child },
                 Some(exit) if exit.success() => {
                     self.say(format!("peer {i} finished"));
@@ -269,7 +262,7 @@ impl Swarm<'_> {
             if let Slot::Up { child } = slot {
                 let path = swarm::peer_dir(self.dir, i as u32).join(status::FILE_NAME);
                 if let Ok(s) = status::read(&path) {
-                    if s.pid == child.id() {
+                    if s.pid == child.pid() {
                         addrs.extend(
                             s.stats.listen_addrs.into_iter().filter(|a| a.contains("/tcp/")),
                         );
@@ -285,8 +278,8 @@ impl Swarm<'_> {
         for (i, slot) in self.slots.iter().enumerate() {
             let dir = swarm::peer_dir(self.dir, i as u32);
             let (pid, state) = match slot {
-                Slot::Up { child } => (Some(child.id()), ""),
-                Slot::Paused { child, .. } => (Some(child.id()), "paused "),
+                Slot::Up { child } => (Some(child.pid()), ""),
+                Slot::Paused { child, .. } => (Some(child.pid()), "paused "),
                 Slot::Down { .. } => (None, "down "),
                 Slot::Exited => (None, "exited "),
             };
@@ -300,24 +293,12 @@ impl Swarm<'_> {
                     }
                 }
             }
-            let line = swarm::live_line(&dir).map(|(_, msg)| msg).unwrap_or_default();
+            let (step, line) = swarm::live_line(&dir).unwrap_or_default();
+            self.bars[i].set_position(step);
             self.bars[i].set_message(format!("{state}{line}"));
             if plain {
-                println!("peer {i} {state}{line}");
+                println!("peer {i} step {step} {state}{line}");
             }
         }
     }
-}
-
-/// Sends a signal (`-STOP`, `-CONT`) to a peer process.
-fn signal(child: &Child, sig: &str) -> anyhow::Result<()> {
-    let ok = Command::new("kill")
-        .args([sig, &child.id().to_string()])
-        .status()
-        .context("cannot run kill")?
-        .success();
-    if !ok {
-        bail!("kill {sig} {} failed", child.id());
-    }
-    Ok(())
 }
