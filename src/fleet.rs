@@ -32,8 +32,8 @@ pub enum Until {
 pub enum Role {
     /// `--config MANIFEST --shard SHARD` and `--steps` or `--duration`.
     Train { manifest: PathBuf, shard: String, until: Until },
-    /// `--no-train --run-id RUN_ID`.
-    Serve { run_id: String },
+    /// `--no-train --run-name NAME`.
+    Serve { run_name: String },
 }
 
 /// How one `atoll run` is started, kept so it can be started again on the same run dir.
@@ -72,9 +72,9 @@ impl Spec {
         Spec::new(dir, role)
     }
 
-    /// A `--no-train` peer of run `run_id`.
-    pub fn serve(dir: PathBuf, run_id: &str) -> Spec {
-        Spec::new(dir, Role::Serve { run_id: run_id.to_owned() })
+    /// A `--no-train` peer of the run named `run_name`.
+    pub fn serve(dir: PathBuf, run_name: &str) -> Spec {
+        Spec::new(dir, Role::Serve { run_name: run_name.to_owned() })
     }
 
     /// Adds bootstrap addresses.
@@ -131,8 +131,8 @@ impl Spec {
                 };
                 a.extend(["--shard", shard, flag, &n.to_string()].map(OsString::from));
             }
-            Role::Serve { run_id } => {
-                a.extend(["--no-train", "--run-id", run_id].map(OsString::from))
+            Role::Serve { run_name } => {
+                a.extend(["--no-train", "--run-name", run_name].map(OsString::from))
             }
         }
         a.extend(["--listen", &self.listen, "--no-mdns"].map(OsString::from));
@@ -290,7 +290,7 @@ mod tests {
             serve.command_line().iter().map(|a| a.to_string_lossy().into_owned()).collect();
         assert_eq!(
             line.join(" "),
-            "run --run-dir /r/s --no-train --run-id demo --listen /ip4/127.0.0.1/udp/0/quic-v1 --no-mdns"
+            "run --run-dir /r/s --no-train --run-name demo --listen /ip4/127.0.0.1/udp/0/quic-v1 --no-mdns"
         );
     }
 

@@ -126,7 +126,7 @@ impl Manifest {
         if self.tokenizer != TOKENIZER {
             return Err(ManifestError::Tokenizer(self.tokenizer.clone()));
         }
-        if atoll_net::config::validate_run_id(&self.name).is_err() {
+        if atoll_net::config::validate_run_name(&self.name).is_err() {
             return Err(ManifestError::Name(self.name.clone()));
         }
         self.train.validate()?;

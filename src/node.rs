@@ -81,7 +81,7 @@ pub struct NodeOptions {
     pub run_dir: PathBuf,
     pub shard: Shard,
     pub backend: Backend,
-    /// Network settings; `run_id` is replaced by the manifest's name.
+    /// Network settings; `run_name` is replaced by the manifest's name.
     pub net: NetConfig,
     /// Inner steps to train (in total, counting a resumed run's earlier steps).
     pub target_step: Option<u64>,
@@ -112,7 +112,7 @@ pub async fn run(
 ) -> Result<NodeReport, NodeError> {
     // Configuration, checkpoint and anchors are checked before any socket is opened.
     let opened = open(&opts)?;
-    opts.net.run_id = opts.manifest.name.clone();
+    opts.net.run_name = opts.manifest.name.clone();
     let mut node = Node::start(opts.net.clone()).await?;
     if let Some(tell) = opts.on_listening.take() {
         tell(node.client.peer_id(), &node.listen_addrs);

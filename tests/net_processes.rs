@@ -12,10 +12,10 @@ use common::{wait_for, Peer, Spec};
 
 /// How long every condition may take (the bound).
 const DEADLINE: Duration = Duration::from_secs(20);
-const RUN_ID: &str = "proc-test";
+const RUN_NAME: &str = "proc-test";
 
 fn spawn(root: &std::path::Path, name: &str, bootstrap: Option<String>) -> Peer {
-    Peer::start(name, Spec::serve(root.join(name), RUN_ID).bootstrap(bootstrap))
+    Peer::start(name, Spec::serve(root.join(name), RUN_NAME).bootstrap(bootstrap))
 }
 
 /// True when every peer lists every other peer of `group` as a run peer.
@@ -81,7 +81,7 @@ fn status_command_reads_a_stopped_peer() -> anyhow::Result<()> {
         .arg(&peer.spec.dir)
         .output()?;
     let text = String::from_utf8_lossy(&human.stdout);
-    assert!(text.contains("stopped") && text.contains(RUN_ID), "{text}");
+    assert!(text.contains("stopped") && text.contains(RUN_NAME), "{text}");
 
     // A restart in the same run dir keeps the peer id (the key file persists).
     drop(peer);

@@ -1,5 +1,5 @@
-//! atoll-net's gossip envelope: `"ATLA" version:u16be run_len:u8 run_id payload`.
-//! The first input byte picks the run id the receiver expects (the rest is the envelope),
+//! atoll-net's gossip envelope: `"ATLA" version:u16be run_len:u8 run_name payload`.
+//! The first input byte picks the run name the receiver expects (the rest is the envelope),
 //! so both the wrong-run and the right-run paths are reached.
 #![no_main]
 
@@ -17,7 +17,7 @@ fuzz_target!(|data: &[u8]| {
         let again = announce::encode(run, payload).expect("a decoded envelope re-encodes");
         assert_eq!(again, env);
     }
-    // The same bytes under a run id taken from the input itself.
+    // The same bytes under a run name taken from the input itself.
     if env.len() > 7 {
         let n = (env[6] as usize).min(env.len() - 7);
         if let Ok(run) = std::str::from_utf8(&env[7..7 + n]) {

@@ -4,7 +4,7 @@
 //! it wraps opaque payload bytes in a small envelope that names the wire version and the run:
 //!
 //! ```text
-//! envelope = "ATLA" version:u16be run_len:u8 run_id[run_len] payload[..]
+//! envelope = "ATLA" version:u16be run_len:u8 run_name[run_len] payload[..]
 //! ```
 //!
 //! The size limit is checked before anything is decoded; messages of another run or version
@@ -26,15 +26,15 @@ const MAGIC: &[u8; 4] = b"ATLA";
 const HEADER: usize = 4 + 2 + 1;
 
 /// The gossipsub topic of a run.
-pub fn topic_name(run_id: &str) -> String {
-    format!("atoll/{run_id}/announce")
+pub fn topic_name(run_name: &str) -> String {
+    format!("atoll/{run_name}/announce")
 }
 
-/// Wraps `payload` for `run_id`; fails if the result would exceed [`MAX_ANNOUNCE_BYTES`].
-pub fn encode(run_id: &str, payload: &[u8]) -> Result<Vec<u8>, AnnounceError> {
-    let run = run_id.as_bytes();
+/// Wraps `payload` for `run_name`; fails if the result would exceed [`MAX_ANNOUNCE_BYTES`].
+pub fn encode(run_name: &str, payload: &[u8]) -> Result<Vec<u8>, AnnounceError> {
+    let run = run_name.as_bytes();
     let run_len = u8::try_from(run.len())
-        .map_err(|_| AnnounceError::Malformed("run id longer than 255 bytes".into()))?;
+        .map_err(|_| AnnounceError::Malformed("run name longer than 255 bytes".into()))?;
     let size = HEADER + run.len() + payload.len();
     if size > MAX_ANNOUNCE_BYTES {
         return Err(AnnounceError::Oversized { size, limit: MAX_ANNOUNCE_BYTES });
@@ -48,8 +48,8 @@ pub fn encode(run_id: &str, payload: &[u8]) -> Result<Vec<u8>, AnnounceError> {
     Ok(out)
 }
 
-/// Checks and unwraps an announcement of `run_id`; returns the payload.
-pub fn decode<'a>(run_id: &str, data: &'a [u8]) -> Result<&'a [u8], AnnounceError> {
+/// Checks and unwraps an announcement of `run_name`; returns the payload.
+pub fn decode<'a>(run_name: &str, data: &'a [u8]) -> Result<&'a [u8], AnnounceError> {
     if data.len() > MAX_ANNOUNCE_BYTES {
         return Err(AnnounceError::Oversized { size: data.len(), limit: MAX_ANNOUNCE_BYTES });
     }
@@ -62,12 +62,12 @@ pub fn decode<'a>(run_id: &str, data: &'a [u8]) -> Result<&'a [u8], AnnounceErro
     }
     let run_len = data[6] as usize;
     let Some(run) = data.get(HEADER..HEADER + run_len) else {
-        return Err(AnnounceError::Malformed("truncated run id".into()));
+        return Err(AnnounceError::Malformed("truncated run name".into()));
     };
-    if run != run_id.as_bytes() {
+    if run != run_name.as_bytes() {
         return Err(AnnounceError::WrongRun {
             got: String::from_utf8_lossy(run).into_owned(),
-            expected: run_id.to_string(),
+            expected: run_name.to_string(),
         });
     }
     Ok(&data[HEADER + run_len..])

@@ -133,7 +133,7 @@ fn gossip(key: &Keypair, net: &NetConfig) -> Result<gossipsub::Behaviour, NetErr
     let mut gossip =
         gossipsub::Behaviour::new(gossipsub::MessageAuthenticity::Signed(key.clone()), cfg)
             .map_err(|e| NetError::Config(format!("gossipsub: {e}")))?;
-    let topic = gossipsub::IdentTopic::new(topic_name(&net.run_id)).hash();
+    let topic = gossipsub::IdentTopic::new(topic_name(&net.run_name)).hash();
     let on_loopback =
         net.listen.iter().any(|a| crate::node::addr_is_loopback(a) || addr_is_unspecified(a));
     gossip

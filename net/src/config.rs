@@ -14,9 +14,9 @@ use crate::limiter::share::FairShareConfig;
 use crate::swarmkey;
 
 /// Run id used when none is given: every peer started without `--run-id` joins this swarm.
-pub const DEFAULT_RUN_ID: &str = "atoll-default";
-/// Longest run id (it appears in the gossip topic and the envelope).
-pub const MAX_RUN_ID_LEN: usize = 64;
+pub const DEFAULT_RUN_NAME: &str = "atoll-default";
+/// Longest run name (it appears in the gossip topic and the envelope).
+pub const MAX_RUN_NAME_LEN: usize = 64;
 /// Default period of provider lookups (discovery of newcomers).
 pub const DEFAULT_DISCOVERY_INTERVAL: Duration = Duration::from_secs(3);
 /// Default timeout of one blob request (covers waiting in a capped uploader's queue).
@@ -30,7 +30,7 @@ pub struct NetConfig {
     /// The peer's identity (see [`crate::identity::load_or_create`]).
     pub keypair: Keypair,
     /// Which swarm to join; peers of other runs are never counted as run peers.
-    pub run_id: String,
+    pub run_name: String,
     /// Addresses to listen on, e.g. `/ip4/127.0.0.1/tcp/0`, `/ip4/0.0.0.0/udp/0/quic-v1`.
     pub listen: Vec<Multiaddr>,
     /// Peers to dial at start (with `/p2p/<peer id>` or without).
@@ -75,7 +75,7 @@ impl std::fmt::Debug for NetConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NetConfig")
             .field("peer_id", &self.keypair.public().to_peer_id())
-            .field("run_id", &self.run_id)
+            .field("run_name", &self.run_name)
             .field("listen", &self.listen)
             .field("bootstrap", &self.bootstrap)
             .field("mdns", &self.mdns)
@@ -92,10 +92,10 @@ impl std::fmt::Debug for NetConfig {
 
 impl NetConfig {
     /// Defaults: no listen address, no bootstrap, mDNS off, no cap, 1 GiB store.
-    pub fn new(keypair: Keypair, run_id: impl Into<String>) -> Self {
+    pub fn new(keypair: Keypair, run_name: impl Into<String>) -> Self {
         NetConfig {
             keypair,
-            run_id: run_id.into(),
+            run_name: run_name.into(),
             listen: Vec::new(),
             bootstrap: Vec::new(),
             mdns: false,
@@ -115,7 +115,7 @@ impl NetConfig {
 
     /// Rejects settings that cannot work, with a message a person can act on.
     pub fn validate(&self) -> Result<(), NetError> {
-        validate_run_id(&self.run_id)?;
+        validate_run_name(&self.run_name)?;
         if self.discovery_interval < Duration::from_millis(100) {
             return Err(NetError::Config("discovery interval below 100 ms".into()));
         }
@@ -138,20 +138,20 @@ impl NetConfig {
 }
 
 /// Run ids are short and plain: letters, digits, `.`, `_`, `-`.
-pub fn validate_run_id(run_id: &str) -> Result<(), NetError> {
+pub fn validate_run_name(run_name: &str) -> Result<(), NetError> {
     let ok_chars =
-        run_id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
-    if run_id.is_empty() || run_id.len() > MAX_RUN_ID_LEN || !ok_chars {
+        run_name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if run_name.is_empty() || run_name.len() > MAX_RUN_NAME_LEN || !ok_chars {
         return Err(NetError::Config(format!(
-            "run id {run_id:?} must be 1 to {MAX_RUN_ID_LEN} characters of [A-Za-z0-9._-]"
+            "run name {run_name:?} must be 1 to {MAX_RUN_NAME_LEN} characters of [A-Za-z0-9._-]"
         )));
     }
     Ok(())
 }
 
-/// The DHT key every peer of `run_id` provides: `blake3("atoll/run/" + run_id)`.
-pub fn run_key(run_id: &str) -> RecordKey {
-    let h = blake3::hash(format!("atoll/run/{run_id}").as_bytes());
+/// The DHT key every peer of `run_name` provides: `blake3("atoll/run/" + run_name)`.
+pub fn run_key(run_name: &str) -> RecordKey {
+    let h = blake3::hash(format!("atoll/run/{run_name}").as_bytes());
     RecordKey::new(&h.as_bytes())
 }
 
@@ -160,11 +160,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn run_ids_are_checked() {
-        assert!(validate_run_id(DEFAULT_RUN_ID).is_ok());
-        assert!(validate_run_id("a/b").is_err());
-        assert!(validate_run_id("").is_err());
-        assert!(validate_run_id(&"x".repeat(65)).is_err());
+    fn run_names_are_checked() {
+        assert!(validate_run_name(DEFAULT_RUN_NAME).is_ok());
+        assert!(validate_run_name("a/b").is_err());
+        assert!(validate_run_name("").is_err());
+        assert!(validate_run_name(&"x".repeat(65)).is_err());
         assert_ne!(run_key("a").to_vec(), run_key("b").to_vec());
     }
 

@@ -128,7 +128,7 @@ impl RejectReason {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct NetStats {
     pub peer_id: String,
-    pub run_id: String,
+    pub run_name: String,
     /// Addresses this node listens on, each ending in `/p2p/<peer_id>` (ready to bootstrap from).
     pub listen_addrs: Vec<String>,
     /// Peer ids of the run's peers this node is connected to, sorted.

@@ -5,7 +5,7 @@
 //! - [`node`]: starts a node (one task owns the Swarm) and stops it, awaited.
 //! - [`client`]: [`NetClient`], the cloneable handle (publish, blobs, stats) and
 //!   [`NetEvent`], the one event stream.
-//! - [`config`]: [`NetConfig`], run ids and the run's DHT key.
+//! - [`config`]: [`NetConfig`], run names and the run's DHT key.
 //! - [`identity`]: the ed25519 key persisted in the run dir.
 //! - [`behaviour`]: the composed protocols (Kademlia `/atoll/kad/1.0.0`, identify, ping,
 //!   gossipsub with peer scoring, blob request-response, mDNS) and their settings.
@@ -56,7 +56,7 @@ pub mod transport;
 
 pub use blob::{BlobHash, ChunkList, CHUNK_SIZE};
 pub use client::{NetClient, NetEvent};
-pub use config::{NetConfig, DEFAULT_RUN_ID};
+pub use config::{NetConfig, DEFAULT_RUN_NAME};
 pub use counters::{ByteCount, NetStats, RejectReason};
 pub use error::{AnnounceError, FetchError, IdentityError, NetError, StoreError};
 pub use libp2p::identity::Keypair;

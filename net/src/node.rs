@@ -76,7 +76,7 @@ impl Node {
         for a in &with_p2p {
             info!(peer_id = %peer_id, addr = %a, "listening");
         }
-        let topic = gossipsub::IdentTopic::new(topic_name(&cfg.run_id));
+        let topic = gossipsub::IdentTopic::new(topic_name(&cfg.run_name));
         swarm
             .behaviour_mut()
             .gossipsub
@@ -85,7 +85,7 @@ impl Node {
         swarm
             .behaviour_mut()
             .gossipsub
-            .subscribe(&members::members_topic(&cfg.run_id))
+            .subscribe(&members::members_topic(&cfg.run_name))
             .map_err(|e| NetError::Config(format!("gossipsub subscribe: {e}")))?;
         for addr in &cfg.bootstrap {
             dial_bootstrap(&mut swarm, addr);

@@ -14,7 +14,7 @@ use atoll::manifest::{self, Manifest};
 use atoll::node::{self, status, NodeOptions};
 use atoll::train::TrainConfig;
 use atoll_net::limiter::mbps_to_bytes_per_sec;
-use atoll_net::{identity, Multiaddr, NetConfig, NetEvent, NetStats, Node, DEFAULT_RUN_ID};
+use atoll_net::{identity, Multiaddr, NetConfig, NetEvent, NetStats, Node, DEFAULT_RUN_NAME};
 
 /// Shards of the data when `--shard` is not given: a peer takes the one its peer id hashes
 /// to, so restarts keep their shard.
@@ -39,8 +39,8 @@ pub struct Args {
     #[arg(long)]
     pub no_train: bool,
     /// Name of the swarm a `--no-train` peer serves (training peers take the manifest's).
-    #[arg(long, default_value = DEFAULT_RUN_ID)]
-    pub run_id: String,
+    #[arg(long, default_value = DEFAULT_RUN_NAME)]
+    pub run_name: String,
     /// Run manifest (JSON). Default: RUN_DIR/manifest.json if there, else the default run
     /// on the embedded corpus (or --data).
     #[arg(long, value_name = "FILE")]
@@ -110,7 +110,7 @@ fn net_config(args: &Args) -> anyhow::Result<NetConfig> {
     let key_path =
         args.key_file.clone().unwrap_or_else(|| args.run_dir.join(identity::KEY_FILE_NAME));
     let key = identity::load_or_create(&key_path)?;
-    let mut cfg = NetConfig::new(key, args.run_id.clone());
+    let mut cfg = NetConfig::new(key, args.run_name.clone());
     if let Some(path) = &args.swarm_key {
         let key = atoll_net::swarmkey::load(path)
             .with_context(|| format!("cannot use the swarm key {}", path.display()))?;
@@ -143,7 +143,7 @@ fn resolve_manifest(args: &Args, corpus: &atoll::data::Corpus) -> anyhow::Result
         (Some(path), _) => Manifest::load(path)?,
         (None, Some(m)) => m.clone(),
         (None, None) => Manifest::new(
-            &args.run_id,
+            &args.run_name,
             TrainConfig::default(),
             corpus,
             manifest::default_protocol(),

@@ -52,7 +52,7 @@ fn human(s: &StatusFile) -> String {
     let st = &s.stats;
     let mut out = String::new();
     out += &format!("peer     {} (pid {}, {state})\n", st.peer_id, s.pid);
-    out += &format!("run      {}\n", st.run_id);
+    out += &format!("run      {}\n", st.run_name);
     for a in &st.listen_addrs {
         out += &format!("listen   {a}\n");
     }

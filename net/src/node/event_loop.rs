@@ -49,7 +49,7 @@ pub(crate) struct EventLoop {
     stop: oneshot::Receiver<()>,
     pub(super) store: Arc<Mutex<BlobStore>>,
     pub(super) counters: Arc<Counters>,
-    pub(super) run_id: String,
+    pub(super) run_name: String,
     run_key: RecordKey,
     pub(super) topic: gossipsub::IdentTopic,
     bootstrap: Vec<Multiaddr>,
@@ -106,8 +106,8 @@ impl EventLoop {
             stop,
             store,
             counters,
-            run_id: cfg.run_id.clone(),
-            run_key: run_key(&cfg.run_id),
+            run_name: cfg.run_name.clone(),
+            run_key: run_key(&cfg.run_name),
             topic,
             bootstrap: cfg.bootstrap.clone(),
             discovery_interval: cfg.discovery_interval,
@@ -126,7 +126,7 @@ impl EventLoop {
             provider_dials: 0,
             dials: DialQueue::default(),
             on_loopback: cfg.listen.iter().any(super::addr_is_loopback),
-            members: super::members::members_topic(&cfg.run_id),
+            members: super::members::members_topic(&cfg.run_name),
             record_due: None,
         };
         event_loop.apply_loaded_bans();
@@ -225,7 +225,7 @@ impl EventLoop {
     }
 
     fn publish(&mut self, payload: &[u8]) -> Result<(), NetError> {
-        let data = announce::encode(&self.run_id, payload)?;
+        let data = announce::encode(&self.run_name, payload)?;
         let len = data.len() as u64;
         self.swarm
             .behaviour_mut()

@@ -35,8 +35,8 @@ pub const RECORD_EVERY: Duration = Duration::from_secs(10);
 pub const RECORD_SOON: Duration = Duration::from_secs(1);
 
 /// The gossipsub topic of a run's member records.
-pub fn members_topic(run_id: &str) -> gossipsub::IdentTopic {
-    gossipsub::IdentTopic::new(format!("atoll/{run_id}/members"))
+pub fn members_topic(run_name: &str) -> gossipsub::IdentTopic {
+    gossipsub::IdentTopic::new(format!("atoll/{run_name}/members"))
 }
 
 /// Encodes up to [`MAX_RECORD_ADDRS`] addresses (fewer if the record would grow too big).

@@ -26,7 +26,7 @@ impl EventLoop {
         };
         NetStats {
             peer_id: peer_id.to_string(),
-            run_id: self.run_id.clone(),
+            run_name: self.run_name.clone(),
             listen_addrs,
             run_peers: self.run_peers().iter().map(|p| p.to_string()).collect(),
             connected: self.swarm.network_info().num_peers(),

@@ -226,10 +226,10 @@ impl EventLoop {
                 let verdict = if message.topic != self.topic.hash() {
                     Err(AnnounceError::WrongRun {
                         got: message.topic.to_string(),
-                        expected: self.run_id.clone(),
+                        expected: self.run_name.clone(),
                     })
                 } else {
-                    announce::decode(&self.run_id, &message.data).map(EventLoop::payload)
+                    announce::decode(&self.run_name, &message.data).map(EventLoop::payload)
                 };
                 let acceptance = match verdict {
                     Ok(payload) => {

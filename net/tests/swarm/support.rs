@@ -14,7 +14,7 @@ pub const DEADLINE: Duration = Duration::from_secs(20);
 
 /// Options of a test node.
 pub struct Opts {
-    pub run_id: &'static str,
+    pub run_name: &'static str,
     pub bootstrap: Vec<Multiaddr>,
     pub listen: &'static str,
     pub upload_bytes_per_sec: Option<u64>,
@@ -27,7 +27,7 @@ pub struct Opts {
 impl Default for Opts {
     fn default() -> Self {
         Opts {
-            run_id: "test-run",
+            run_name: "test-run",
             bootstrap: Vec::new(),
             listen: "/ip4/127.0.0.1/tcp/0",
             upload_bytes_per_sec: None,
@@ -43,7 +43,7 @@ pub async fn start(opts: Opts) -> anyhow::Result<Node> {
         Some(k) => k,
         None => atoll_net::identity::load_or_create(&tempfile::tempdir()?.path().join("peer_key"))?,
     };
-    let mut cfg = NetConfig::new(key, opts.run_id);
+    let mut cfg = NetConfig::new(key, opts.run_name);
     cfg.listen = vec![opts.listen.parse()?];
     cfg.bootstrap = opts.bootstrap;
     cfg.discovery_interval = Duration::from_millis(500);
