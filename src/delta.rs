@@ -23,8 +23,8 @@ pub use hash::ContentHash;
 pub use wire::{DELTA_WIRE_VERSION, HEADER_LEN};
 
 use crate::fragment::FragmentSpec;
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use std::sync::Arc;
 use wire::{Header, FLAG_ZSTD};
 
 /// How delta values are stored.
@@ -140,7 +140,7 @@ impl ErrorFeedback {
 #[derive(Debug, Clone)]
 pub struct Encoded {
     /// The payload bytes (shared: the node stores and serves them as they are).
-    pub bytes: Arc<[u8]>,
+    pub bytes: Bytes,
     pub hash: ContentHash,
     /// Exactly what every receiver decodes; the sender merges this, not its raw delta.
     pub values: Vec<f32>,

@@ -16,6 +16,7 @@
 //! fragment's length.
 #![no_main]
 
+use bytes::Bytes;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -203,7 +204,7 @@ struct Harness {
     timers: Vec<(Millis, Timer)>,
     snapshots: Vec<(usize, u64)>,
     fetches: Vec<(PeerId, ContentHash, u64)>,
-    library: HashMap<ContentHash, Arc<[u8]>>,
+    library: HashMap<ContentHash, Bytes>,
     known: Vec<ContentHash>,
     default_codec: Codec,
 }

@@ -2,7 +2,6 @@
 //! and anchors for the trainer, gossip, fetch tasks (one per hash), anchors on disk, logs.
 
 use std::cmp::Reverse;
-use std::sync::Arc;
 use std::time::Duration;
 
 use atoll_net::BlobHash;
@@ -82,8 +81,8 @@ impl<N: super::Network> Loop<N> {
 
     /// Stores the announced payload (shared, not copied) so peers can fetch it, then
     /// gossips the announcement.
-    pub(super) fn publish(&mut self, msg: Message, payload: Arc<[u8]>) {
-        if let Err(e) = self.net.put_blob(Bytes::from_owner(payload)) {
+    pub(super) fn publish(&mut self, msg: Message, payload: Bytes) {
+        if let Err(e) = self.net.put_blob(payload) {
             tracing::warn!(error = %e, "cannot store a payload for serving");
         }
         let payload = wire::encode(&self.run_id.0, &msg);
@@ -113,7 +112,7 @@ impl<N: super::Network> Loop<N> {
         self.fetches.start(hash, async move {
             let fetch = net.fetch(BlobHash(hash.0), sources, max_len);
             match tokio::time::timeout(budget, fetch).await {
-                Ok(Ok(bytes)) => Event::Fetched { from, hash, bytes: Arc::from(&bytes[..]) },
+                Ok(Ok(bytes)) => Event::Fetched { from, hash, bytes },
                 Ok(Err(e)) => {
                     tracing::debug!(error = %e, "fetch failed");
                     Event::FetchFailed { from, hash }

@@ -9,9 +9,9 @@ use super::state::FragmentState;
 use super::{ContributionAnnounce, Message, PeerId, Settings};
 use crate::delta::{self, ContentHash, DeltaMeta, Limits};
 use crate::fragment::FragmentPlan;
+use bytes::Bytes;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use std::sync::Arc;
 
 /// Most fetches in flight at once; announcements beyond it are ignored (and counted). Each
 /// author may have one delta per fragment round in flight, so honest swarms of a few
@@ -166,7 +166,7 @@ impl Protocol {
 
     /// The payload with this hash, if this peer can serve it: a contribution it holds or
     /// its current state of a fragment.
-    pub fn serve(&self, hash: &ContentHash) -> Option<Arc<[u8]>> {
+    pub fn serve(&self, hash: &ContentHash) -> Option<Bytes> {
         for lane in &self.lanes {
             if let Some(h) = lane.held.get(hash) {
                 return Some(h.bytes.clone());

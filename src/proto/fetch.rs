@@ -7,7 +7,7 @@ use super::io::{Offence, Output, Timer};
 use super::schedule::Millis;
 use super::PeerId;
 use crate::delta::ContentHash;
-use std::sync::Arc;
+use bytes::Bytes;
 
 /// Most rejected hashes remembered (so a bad payload is not fetched again and again).
 const MAX_REJECTED: usize = 4096;
@@ -92,7 +92,7 @@ impl Protocol {
         &mut self,
         from: PeerId,
         hash: ContentHash,
-        bytes: Arc<[u8]>,
+        bytes: Bytes,
         now: Millis,
         out: &mut Vec<Output>,
     ) {

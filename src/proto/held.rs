@@ -5,7 +5,7 @@ use super::lane::Lane;
 use super::merge::Input;
 use super::{PeerId, Settings};
 use crate::delta::{self, ContentHash, Limits};
-use std::sync::Arc;
+use bytes::Bytes;
 
 /// A contribution this peer holds: pending, or merged recently (kept so that it can be
 /// served, and re-queued if an adopted state turns out not to contain it).
@@ -20,7 +20,7 @@ pub(crate) struct Held {
     /// The payload, encoded: decoded values would cost 8× the bytes of a 4-bit delta (a
     /// 200-byte zstd zero delta decodes to hundreds of KB), so it is decoded again at the
     /// merge.
-    pub bytes: Arc<[u8]>,
+    pub bytes: Bytes,
     /// Round this peer's lineage merged it in.
     pub merged_at: Option<u64>,
 }

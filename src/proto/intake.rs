@@ -9,7 +9,7 @@ use super::lane::Window;
 use super::schedule::Millis;
 use super::{ContributionAnnounce, Message, PeerId};
 use crate::delta::{self, ContentHash, Decoded};
-use std::sync::Arc;
+use bytes::Bytes;
 
 impl Protocol {
     pub(super) fn on_message(
@@ -123,7 +123,7 @@ impl Protocol {
         &mut self,
         from: PeerId,
         hash: ContentHash,
-        bytes: Arc<[u8]>,
+        bytes: Bytes,
         f: &InFlight,
         now: Millis,
         out: &mut Vec<Output>,

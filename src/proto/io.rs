@@ -5,7 +5,7 @@
 
 use super::{Message, Millis, PeerId};
 use crate::delta::ContentHash;
-use std::sync::Arc;
+use bytes::Bytes;
 
 /// Timers the core asks for; they come back as [`Event::Timer`] at or after `at`.
 /// Timers are never cancelled; the core ignores those that no longer apply.
@@ -46,7 +46,7 @@ pub enum Event {
     Fetched {
         from: PeerId,
         hash: ContentHash,
-        bytes: Arc<[u8]>,
+        bytes: Bytes,
     },
     /// A fetch failed: no holder delivered it (gone, refused, too large, too slow). The
     /// core does not retry: the executor already tried every holder it was given.
@@ -99,7 +99,7 @@ pub struct Contribution {
 pub enum Output {
     /// Make `payload` (the bytes `msg` announces, under their hash) available to others,
     /// then gossip `msg` (encode with [`super::encode_message`]).
-    Publish { msg: Message, payload: Arc<[u8]> },
+    Publish { msg: Message, payload: Bytes },
     /// Fetch the payload `hash` (at most `max_len` bytes) from any of `holders` (start
     /// with the first: the core spreads load by the order) by `deadline`. Issued once per
     /// hash: the executor owns sources, hedging, retries and timeouts, and answers exactly

@@ -4,7 +4,7 @@
 use super::*;
 use crate::delta::ContentHash;
 use crate::fragment::{FragmentPlan, TensorSpec};
-use std::sync::Arc;
+use bytes::Bytes;
 
 fn plan() -> FragmentPlan {
     let t = |n: &str, len: usize, emb: bool| TensorSpec {
@@ -106,7 +106,7 @@ fn identical_inputs_give_identical_states_on_two_peers() {
             }
         }
     }
-    let bytes: Vec<Arc<[u8]>> =
+    let bytes: Vec<Bytes> =
         vec![a.serve(&announces[0].hash).unwrap(), b.serve(&announces[1].hash).unwrap()];
     for (me, other, idx) in [(&mut a, PeerId(2), 1), (&mut b, PeerId(1), 0)] {
         let msg = Message::Contribution(announces[idx].clone());
@@ -138,7 +138,7 @@ fn hostile_inputs_are_refused_without_panicking() {
         Event::Fetched {
             from: PeerId(7),
             hash: ContentHash::of(b"x"),
-            bytes: Arc::from(&b"x"[..]),
+            bytes: Bytes::from_static(b"x"),
         },
         20,
     );
@@ -159,7 +159,7 @@ fn hostile_inputs_are_refused_without_panicking() {
         p.handle(Event::Message { from: PeerId(7), msg: Message::Contribution(c.clone()) }, 30);
     assert!(out.iter().any(|o| matches!(o, Output::Fetch { .. })));
     let out = p.handle(
-        Event::Fetched { from: PeerId(7), hash: c.hash, bytes: Arc::from(&b"fake"[..]) },
+        Event::Fetched { from: PeerId(7), hash: c.hash, bytes: Bytes::from_static(b"fake") },
         40,
     );
     assert!(out.iter().any(|o| matches!(o, Output::Misbehaved { .. })));
@@ -172,7 +172,7 @@ fn hostile_inputs_are_refused_without_panicking() {
 
 /// A well-formed delta of fragment 0 by `author` for `round`, with the announcement its
 /// author would sign.
-fn delta_by(author: u64, round: u64, value: f32) -> (ContributionAnnounce, Arc<[u8]>) {
+fn delta_by(author: u64, round: u64, value: f32) -> (ContributionAnnounce, Bytes) {
     let spec = &plan().fragments[0];
     let meta = crate::delta::DeltaMeta { author, fragment: 0, round, tokens: 64, steps: 4 };
     let enc =

@@ -14,10 +14,10 @@
 use super::Sim;
 use crate::delta::{self, Codec, ContentHash, DeltaMeta, Limits};
 use crate::proto::{ContributionAnnounce, FragmentState, Message, PeerId, StateAnnounce};
+use bytes::Bytes;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::VecDeque;
-use std::sync::Arc;
 
 /// What a hostile peer does. Letters refer to the threat list in ARCHITECTURE.md.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,9 +94,9 @@ const SYBIL_BASE: u64 = 1 << 48;
 pub(super) struct Hostile {
     attack: Attack,
     /// Crafted payloads by hash, served to whoever asks (also on behalf of its Sybils).
-    store: VecDeque<(ContentHash, Arc<[u8]>)>,
+    store: VecDeque<(ContentHash, Bytes)>,
     /// The latest honest delta of another peer, per fragment (for stolen poison).
-    seen: Vec<Option<Arc<[u8]>>>,
+    seen: Vec<Option<Bytes>>,
     rng: ChaCha8Rng,
 }
 
@@ -129,7 +129,7 @@ impl Hostiles {
     }
 
     /// A payload a hostile peer crafted, if `server` is one and made it.
-    pub(super) fn serve(&self, server: usize, hash: &ContentHash) -> Option<Arc<[u8]>> {
+    pub(super) fn serve(&self, server: usize, hash: &ContentHash) -> Option<Bytes> {
         let h = self.by_peer.get(server)?.as_ref()?;
         h.store.iter().find(|(k, _)| k == hash).map(|(_, b)| b.clone())
     }
@@ -138,7 +138,7 @@ impl Hostiles {
         self.by_peer.get(i)?.as_ref().map(|h| h.attack)
     }
 
-    fn saw(&mut self, i: usize, p: usize, bytes: Arc<[u8]>) {
+    fn saw(&mut self, i: usize, p: usize, bytes: Bytes) {
         if let Some(Some(s)) =
             self.by_peer.get_mut(i).map(|h| h.as_mut().and_then(|h| h.seen.get_mut(p)))
         {
@@ -146,7 +146,7 @@ impl Hostiles {
         }
     }
 
-    fn keep(&mut self, i: usize, hash: ContentHash, bytes: Arc<[u8]>) {
+    fn keep(&mut self, i: usize, hash: ContentHash, bytes: Bytes) {
         if let Some(Some(h)) = self.by_peer.get_mut(i) {
             if h.store.len() >= STORE {
                 h.store.pop_front();
@@ -351,7 +351,7 @@ impl Sim {
             state = mine;
             state.anchor = poison;
         }
-        let bytes: Arc<[u8]> = state.to_bytes().into();
+        let bytes: Bytes = state.to_bytes().into();
         let hash = ContentHash::of(&bytes);
         let vote =
             StateAnnounce { fragment: s.fragment, round: voted, hash, size: bytes.len() as u64 };

@@ -45,12 +45,18 @@ async fn runs_share_the_dht_but_not_their_peers() -> anyhow::Result<()> {
     // a (run r1) <- b (run r2) <- c (run r1): c must find a through the DHT, b is in no run
     // of theirs.
     let a = start(Opts { run_name: "r1", ..Opts::default() }).await?;
-    let b =
-        start(Opts { run_name: "r2", bootstrap: vec![a.listen_addrs[0].clone()], ..Opts::default() })
-            .await?;
-    let c =
-        start(Opts { run_name: "r1", bootstrap: vec![b.listen_addrs[0].clone()], ..Opts::default() })
-            .await?;
+    let b = start(Opts {
+        run_name: "r2",
+        bootstrap: vec![a.listen_addrs[0].clone()],
+        ..Opts::default()
+    })
+    .await?;
+    let c = start(Opts {
+        run_name: "r1",
+        bootstrap: vec![b.listen_addrs[0].clone()],
+        ..Opts::default()
+    })
+    .await?;
     let (ida, idc) = (a.client.peer_id(), c.client.peer_id());
     wait_until("a and c find each other through b", || async {
         Ok(sees_exactly(&a, &[idc]).await? && sees_exactly(&c, &[ida]).await?)

@@ -5,7 +5,7 @@
 use super::{delta_by, offences, peer, plan};
 use crate::delta::{self, Codec, ContentHash, DeltaMeta, EncodeOptions};
 use crate::proto::*;
-use std::sync::Arc;
+use bytes::Bytes;
 
 /// The honest peer under attack (id 1) with its own round-1 delta of fragment 0 published.
 /// Returns the time of the round's open.
@@ -22,7 +22,7 @@ fn deliver(
     p: &mut Protocol,
     from: u64,
     c: &ContributionAnnounce,
-    bytes: Arc<[u8]>,
+    bytes: Bytes,
     now: Millis,
 ) -> Vec<Output> {
     let from = PeerId(from);
@@ -54,7 +54,7 @@ fn distance(a: &[f32], b: &[f32]) -> f64 {
     a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2)).sum::<f64>().sqrt()
 }
 
-fn encode_as(meta: DeltaMeta, values: &[f32], codec: Codec) -> (ContributionAnnounce, Arc<[u8]>) {
+fn encode_as(meta: DeltaMeta, values: &[f32], codec: Codec) -> (ContributionAnnounce, Bytes) {
     let opts = EncodeOptions { codec, ..EncodeOptions::default() };
     let enc = delta::encode(meta, values, None, &opts).unwrap();
     let c = ContributionAnnounce {
@@ -245,7 +245,7 @@ fn votes_need_verified_work_and_states_their_voted_round() {
     // under that hash is refused.
     let mut forged = p.state(0).clone();
     forged.round = 7;
-    let bytes: Arc<[u8]> = forged.to_bytes().into();
+    let bytes: Bytes = forged.to_bytes().into();
     let hash = ContentHash::of(&bytes);
     let s = StateAnnounce { fragment: 0, round: 3, hash, size: bytes.len() as u64 };
     let now = 3_100;

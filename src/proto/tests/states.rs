@@ -6,7 +6,7 @@
 use super::{credit, delta_by, offences, peer};
 use crate::delta::ContentHash;
 use crate::proto::*;
-use std::sync::Arc;
+use bytes::Bytes;
 
 fn fetched(out: &[Output]) -> Option<ContentHash> {
     out.iter().find_map(|o| match o {
@@ -23,7 +23,7 @@ fn vote_and_serve(
     state: &FragmentState,
     now: Millis,
 ) -> Vec<Output> {
-    let bytes: Arc<[u8]> = state.to_bytes().into();
+    let bytes: Bytes = state.to_bytes().into();
     let hash = ContentHash::of(&bytes);
     let s = StateAnnounce { fragment: 0, round: state.round, hash, size: bytes.len() as u64 };
     let mut out = Vec::new();
