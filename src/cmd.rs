@@ -1,5 +1,6 @@
 //! One module per subcommand. Each exposes `Args` (clap) and `main(Args) -> anyhow::Result<()>`.
 
+pub mod baseline;
 pub mod chaos;
 pub mod demo;
 pub mod run;

@@ -18,6 +18,7 @@
 //! - [`chaos`]: the chaos harness's seeded fault schedule and its goodput/uptime figures.
 
 pub mod backend;
+pub mod baseline;
 pub mod chaos;
 pub mod checkpoint;
 pub mod data;

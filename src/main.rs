@@ -27,6 +27,9 @@ enum Command {
     Chaos(cmd::chaos::Args),
     /// Print the status of a running (or stopped) peer.
     Status(cmd::status::Args),
+    /// Synchronous DiLoCo in one process, on the demo's manifest, shards and seed: the
+    /// quality reference of a swarm at equal tokens.
+    Baseline(cmd::baseline::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -39,6 +42,7 @@ fn main() -> std::process::ExitCode {
         Command::Demo(args) => cmd::demo::main(args),
         Command::Chaos(args) => cmd::chaos::main(args),
         Command::Status(args) => cmd::status::main(args),
+        Command::Baseline(args) => cmd::baseline::main(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

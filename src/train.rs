@@ -158,8 +158,7 @@ impl Trainer {
         config.validate()?;
         let data = Dataset::new(corpus, config.model.context, config.seed, shard)?;
         let device = backend.train_device();
-        device.seed(config.seed);
-        let model = config.model.init(&device);
+        let model = init_model(&config, &device);
         let optim = optimizer(&config);
         Ok(Self { config, backend, device, model, optim, data, state: TrainState::default() })
     }
@@ -289,6 +288,16 @@ fn optimizer(config: &TrainConfig) -> ModuleOptimizer {
 }
 
 /// Input and target tensors `[rows, context]` of a batch.
+/// The model initialised from the run seed. Seeding and drawing go through the backend's
+/// global generator, so they happen under one process-wide lock: two trainers (or nodes)
+/// created at once in one process must not interleave their draws.
+pub fn init_model(config: &TrainConfig, device: &Device) -> Lm {
+    static INIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = INIT.lock().unwrap_or_else(|p| p.into_inner());
+    device.seed(config.seed);
+    config.model.init(device)
+}
+
 pub fn to_tensors(batch: &Batch, device: &Device) -> (Tensor<2, Int>, Tensor<2, Int>) {
     let shape = [batch.rows, batch.context];
     let inputs = Tensor::from_data(TensorData::new(batch.inputs.clone(), shape), device);

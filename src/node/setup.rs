@@ -19,13 +19,7 @@ pub fn initial_anchors(
     backend: Backend,
     plan: &FragmentPlan,
 ) -> Vec<Vec<f32>> {
-    // Seeding and drawing go through the backend's global generator: two nodes in one
-    // process (tests) must not interleave them.
-    static INIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _guard = INIT.lock().unwrap_or_else(|p| p.into_inner());
-    let device = backend.train_device();
-    device.seed(config.seed);
-    let model = config.model.init(&device);
+    let model = crate::train::init_model(config, &backend.train_device());
     plan.fragments
         .iter()
         .map(|f| read_fragment(&model, f).expect("the plan was made from this model"))
