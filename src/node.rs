@@ -15,6 +15,7 @@
 //! (the swarm is quiet), then applies its final anchors, evaluates them and exits.
 
 pub mod anchors;
+mod disk;
 mod effects;
 mod error;
 mod fetches;
@@ -167,7 +168,7 @@ async fn serve<N: Network>(
         checkpoint_every: opts.checkpoint_every.max(1),
         hold: late,
     };
-    let anchors = anchors::Writer::start(opts.run_dir.clone()).map_err(NodeError::Thread)?;
+    let disk = disk::Disk::start(opts.run_dir.clone()).map_err(NodeError::Thread)?;
     let worker = std::thread::Builder::new()
         .name("atoll-trainer".into())
         .spawn(move || worker::run(setup, worker_rx, worker_tx))
@@ -185,11 +186,10 @@ async fn serve<N: Network>(
         peers: HashMap::new(),
         fetches: fetches::Fetches::default(),
         tasks: JoinSet::new(),
-        anchors,
+        disk,
         foreign: HashSet::new(),
         reported: HashSet::new(),
         to_worker,
-        run_dir: opts.run_dir.clone(),
         status: TrainingStatus {
             manifest_id: opts.manifest.run_id().short(),
             target_step: opts.target_step,
@@ -202,7 +202,6 @@ async fn serve<N: Network>(
         },
         last_change: 0,
         finishing: false,
-        ledger: ledger::Ledger::new(&opts.run_dir),
         started_unix_ms,
         reannounce_at: None,
         allow: opts.net.allow.clone(),
@@ -217,14 +216,11 @@ async fn serve<N: Network>(
     lp.to_worker = mpsc::channel(1).0;
     let _ = worker.join();
     lp.settle().await;
-    let Loop { net, anchors, status, .. } = lp;
-    anchors.finish();
+    let Loop { net, disk, status, .. } = lp;
     if let Ok(stats) = net.stats().await {
-        let path = opts.run_dir.join(status::FILE_NAME);
-        if let Err(e) = status::write(&path, false, stats, Some(status)) {
-            tracing::warn!(path = %path.display(), error = %e, "cannot write the final status");
-        }
+        disk.write_status(false, stats, status);
     }
+    disk.finish();
     result
 }
 
@@ -242,19 +238,17 @@ struct Loop<N> {
     /// Announcements being published and foreign manifests being diagnosed; awaited (for
     /// a moment) at shutdown.
     tasks: JoinSet<()>,
-    /// Fragment states on their way to disk.
-    anchors: anchors::Writer,
+    /// Fragment states, status and merge records on their way to disk.
+    disk: disk::Disk,
     /// (peer, run id) pairs of foreign messages already explained in the log.
     foreign: HashSet<(atoll_net::PeerId, [u8; 32])>,
     /// Offenders already logged, with the offence (one line each; bounded).
     reported: HashSet<(PeerId, Offence)>,
     to_worker: mpsc::Sender<ToWorker>,
-    run_dir: PathBuf,
     status: TrainingStatus,
     /// Last time (run timeline) a fragment state changed or training advanced.
     last_change: Millis,
     finishing: bool,
-    ledger: ledger::Ledger,
     started_unix_ms: u64,
     /// Until when (run timeline) a late joiner waits for the swarm's anchors before its
     /// first step; `None` once it trains.
@@ -284,7 +278,6 @@ impl<N: Network> Loop<N> {
         self.carry_out(started).await;
         self.refresh_status();
         let mut tick = tokio::time::interval(STATUS_PERIOD);
-        let status_path = self.run_dir.join(status::FILE_NAME);
         loop {
             let next_timer = self.timers.peek().map(|Reverse((at, _))| *at);
             let sleep_ms = next_timer.map(|at| at.saturating_sub(self.now())).unwrap_or(60_000);
@@ -335,9 +328,7 @@ impl<N: Network> Loop<N> {
                     self.refresh_status();
                     self.reap();
                     if let Ok(stats) = self.net.stats().await {
-                        if let Err(e) = status::write(&status_path, true, stats, Some(self.status.clone())) {
-                            tracing::warn!(error = %e, "cannot write status.json");
-                        }
+                        self.disk.write_status(true, stats, self.status.clone());
                     }
                     if self.status.trained && !self.finishing
                         && self.now().saturating_sub(self.last_change)

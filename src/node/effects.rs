@@ -42,7 +42,7 @@ impl<N: super::Network> Loop<N> {
                 }
                 Output::Merged(r) => {
                     self.status.merges += 1;
-                    self.ledger.record(status::unix_ms(), &r);
+                    self.disk.record_merge(status::unix_ms(), r.clone());
                     self.last_change = self.now();
                     tracing::debug!(
                         fragment = r.fragment,
@@ -51,7 +51,7 @@ impl<N: super::Network> Loop<N> {
                         late = r.late,
                         "merged"
                     );
-                    self.anchors.save(self.proto.state(r.fragment).clone());
+                    self.disk.save_state(self.proto.state(r.fragment).clone());
                 }
                 Output::Skipped { fragment, round } => {
                     self.status.skipped += 1;
@@ -61,7 +61,7 @@ impl<N: super::Network> Loop<N> {
                     self.status.adopted += 1;
                     self.last_change = self.now();
                     tracing::info!(fragment, round, previous_round, "adopted the swarm's state");
-                    self.anchors.save(self.proto.state(fragment).clone());
+                    self.disk.save_state(self.proto.state(fragment).clone());
                 }
                 Output::Misbehaved { peer, offence, detail } => {
                     *self.status.rejected.entry(offence.as_str().to_owned()).or_default() += 1;

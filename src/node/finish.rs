@@ -48,7 +48,7 @@ impl<N: Network> Loop<N> {
 
     pub(super) fn save_anchors(&self) {
         for p in 0..self.proto.settings().raw().fragments {
-            self.anchors.save(self.proto.state(p).clone());
+            self.disk.save_state(self.proto.state(p).clone());
         }
     }
 }
