@@ -155,18 +155,8 @@ mod tests {
     use super::*;
     use crate::proto::{MergeRule, RawSettings};
 
-    /// One training test at a time: burn's CPU backend shares state between threads, and
-    /// a trainer beside another one in this process does not repeat its numbers exactly
-    /// (measured: the first step's loss moved by 0.1 when the other test ran alongside).
-    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-    fn serial() -> std::sync::MutexGuard<'static, ()> {
-        SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     #[test]
     fn one_learner_with_outer_lr_one_and_no_momentum_is_solo_training() {
-        let _serial = serial();
         let corpus = Corpus::embedded().unwrap();
         let mut train = TrainConfig::tiny(5);
         train.val_every = 1_000;
@@ -209,7 +199,6 @@ mod tests {
 
     #[test]
     fn learners_on_different_shards_move_the_anchor_together() {
-        let _serial = serial();
         let corpus = Corpus::embedded().unwrap();
         let mut train = TrainConfig::tiny(5);
         train.val_every = 10;

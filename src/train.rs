@@ -177,6 +177,49 @@ impl Trainer {
         StepStats { loss: loss_value, lr, tokens: batch.tokens() }
     }
 
+    /// One AdamW step whose gradient first goes through `reduce`, flattened over every
+    /// float parameter in [`crate::model::params::tensor_specs`] order: data-parallel
+    /// training replaces it by the mean over its peers. If `reduce` fails, no step is
+    /// taken and the error is returned.
+    pub fn step_reduced<E>(
+        &mut self,
+        reduce: impl FnOnce(&mut Vec<f32>) -> Result<(), E>,
+    ) -> Result<StepStats, E> {
+        let batch = self.data.train_batch(self.state.step, self.config.batch);
+        self.step_on(&batch, reduce)
+    }
+
+    /// [`Trainer::step_reduced`] on a given batch instead of this trainer's next one.
+    pub fn step_on<E>(
+        &mut self,
+        batch: &Batch,
+        reduce: impl FnOnce(&mut Vec<f32>) -> Result<(), E>,
+    ) -> Result<StepStats, E> {
+        let (inputs, targets) = to_tensors(batch, &self.device);
+        let loss = self.model.loss(inputs, targets);
+        let loss_value = loss.clone().into_scalar::<f32>();
+        let mut grads = GradientsParams::from_grads(loss.backward(), &self.model);
+        let mut flat = Vec::new();
+        let mut layout = Vec::new();
+        self.model.visit(&mut grad_io::Take {
+            grads: &mut grads,
+            flat: &mut flat,
+            layout: &mut layout,
+        });
+        reduce(&mut flat)?;
+        self.model.visit(&mut grad_io::Put {
+            grads: &mut grads,
+            flat: &flat,
+            layout: &layout,
+            at: 0,
+        });
+        let lr = self.config.schedule.at(self.state.step);
+        self.model = self.optim.step(lr, self.model.clone(), grads);
+        self.state.step += 1;
+        self.state.tokens += batch.tokens() as u64;
+        Ok(StepStats { loss: loss_value, lr, tokens: batch.tokens() })
+    }
+
     /// Mean validation loss in nats per byte over the fixed validation set.
     pub fn evaluate(&self) -> f64 {
         let model = self.model.valid();
@@ -265,6 +308,66 @@ impl Trainer {
     }
 }
 
+/// Moving gradients out of and back into burn, flat, in the model's visiting order.
+mod grad_io {
+    use burn::module::{ModuleVisitor, Param, ParamId};
+    use burn::optim::GradientsParams;
+    use burn::tensor::{Device, Tensor, TensorData};
+
+    /// Where one parameter's gradient sits in the flat buffer.
+    pub struct Slot {
+        id: ParamId,
+        shape: Vec<usize>,
+        offset: usize,
+        len: usize,
+        /// `None`: the parameter had no gradient (zeros in the buffer, nothing put back).
+        device: Option<Device>,
+    }
+
+    pub struct Take<'a> {
+        pub grads: &'a mut GradientsParams,
+        pub flat: &'a mut Vec<f32>,
+        pub layout: &'a mut Vec<Slot>,
+    }
+
+    impl ModuleVisitor for Take<'_> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            let shape = param.lazy_shape().to_vec();
+            let len = shape.iter().product();
+            let offset = self.flat.len();
+            let grad = self.grads.remove::<D>(param.id);
+            let device = grad.as_ref().map(Tensor::device);
+            let values = grad.and_then(|g| g.into_data().try_to_vec::<f32>().ok());
+            match values {
+                Some(v) if v.len() == len => self.flat.extend_from_slice(&v),
+                _ => self.flat.resize(self.flat.len() + len, 0.0),
+            }
+            self.layout.push(Slot { id: param.id, shape, offset, len, device });
+        }
+    }
+
+    pub struct Put<'a> {
+        pub grads: &'a mut GradientsParams,
+        pub flat: &'a [f32],
+        pub layout: &'a [Slot],
+        pub at: usize,
+    }
+
+    impl ModuleVisitor for Put<'_> {
+        fn visit_float<const D: usize>(&mut self, _: &Param<Tensor<D>>) {
+            let Some(slot) = self.layout.get(self.at) else { return };
+            self.at += 1;
+            let (Some(device), Some(values)) =
+                (&slot.device, self.flat.get(slot.offset..slot.offset + slot.len))
+            else {
+                return;
+            };
+            let data = TensorData::new(values.to_vec(), slot.shape.clone());
+            self.grads.register::<D>(slot.id, Tensor::<D>::from_data(data, device));
+        }
+    }
+}
+
 /// Errors in rebuilding a trainer from checkpoint parts.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -287,17 +390,28 @@ fn optimizer(config: &TrainConfig) -> ModuleOptimizer {
         .init()
 }
 
-/// Input and target tensors `[rows, context]` of a batch.
 /// The model initialised from the run seed. Seeding and drawing go through the backend's
-/// global generator, so they happen under one process-wide lock: two trainers (or nodes)
-/// created at once in one process must not interleave their draws.
+/// global generator, and burn draws a parameter lazily, at its first use: every parameter
+/// is drawn here, under one process-wide lock, so the weights depend on the seed alone —
+/// not on what else this process drew before (a second trainer in one process used to
+/// start from other weights than the first).
 pub fn init_model(config: &TrainConfig, device: &Device) -> Lm {
+    struct Draw;
+    impl burn::module::ModuleVisitor for Draw {
+        fn visit_float<const D: usize>(&mut self, param: &burn::module::Param<Tensor<D>>) {
+            // Materialises the lazy initialisation.
+            let _ = param.val();
+        }
+    }
     static INIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _guard = INIT.lock().unwrap_or_else(|p| p.into_inner());
     device.seed(config.seed);
-    config.model.init(device)
+    let model = config.model.init(device);
+    model.visit(&mut Draw);
+    model
 }
 
+/// Input and target tensors `[rows, context]` of a batch.
 pub fn to_tensors(batch: &Batch, device: &Device) -> (Tensor<2, Int>, Tensor<2, Int>) {
     let shape = [batch.rows, batch.context];
     let inputs = Tensor::from_data(TensorData::new(batch.inputs.clone(), shape), device);

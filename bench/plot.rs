@@ -1,0 +1,83 @@
+//! Learning curves into one SVG: `val_bpb` against tokens, one line per `metrics.jsonl`,
+//! plus single points (a swarm's final merged anchors).
+//!
+//! ```text
+//! cargo test --bench plot -- OUT.svg "TITLE" LABEL=RUN_DIR/metrics.jsonl[*N] … [LABEL@TOKENS=BPB …]
+//! ```
+//! `*N` multiplies a curve's tokens (one swarm peer's file, times the number of peers).
+//! (`cargo test --bench` runs it without a release rebuild of burn and libp2p.)
+
+use std::path::Path;
+
+use atoll::metrics::{read_jsonl, MetricsRecord};
+use plotters::prelude::*;
+
+const COLORS: [RGBColor; 6] = [BLUE, RED, GREEN, MAGENTA, CYAN, BLACK];
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let [out, title, series @ ..] = args.as_slice() else {
+        return Err("usage: plot OUT.svg TITLE LABEL=metrics.jsonl … [LABEL@TOKENS=BPB …]".into());
+    };
+    let mut curves: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    let mut points: Vec<(String, (f64, f64))> = Vec::new();
+    for s in series {
+        if let Some((label, rest)) = s.split_once('@') {
+            let (tokens, bpb) = rest.split_once('=').ok_or(format!("bad point {s:?}"))?;
+            points.push((label.to_owned(), (tokens.parse()?, bpb.parse()?)));
+        } else {
+            let (label, path) = s.split_once('=').ok_or(format!("bad series {s:?}"))?;
+            let (path, times) = match path.rsplit_once('*') {
+                Some((p, n)) => (p, n.parse::<f64>()?),
+                None => (path, 1.0),
+            };
+            let records: Vec<MetricsRecord> = read_jsonl(Path::new(path))?;
+            let xy = records.iter().map(|r| (r.tokens as f64 * times, r.val_bpb)).collect();
+            curves.push((label.to_owned(), xy));
+        }
+    }
+    let all = curves.iter().flat_map(|(_, c)| c.iter().copied()).chain(points.iter().map(|p| p.1));
+    let (mut x_max, mut y_min, mut y_max) = (1.0f64, f64::INFINITY, f64::NEG_INFINITY);
+    for (x, y) in all {
+        x_max = x_max.max(x);
+        y_min = y_min.min(y);
+        y_max = y_max.max(y);
+    }
+    if !y_min.is_finite() {
+        return Err("nothing to plot".into());
+    }
+    let pad = ((y_max - y_min) * 0.05).max(0.01);
+    let root = SVGBackend::new(out, (900, 560)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(44)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..x_max * 1.02, (y_min - pad)..(y_max + pad))?;
+    chart
+        .configure_mesh()
+        .x_desc("tokens (all peers)")
+        .y_desc("validation bits per byte")
+        .draw()?;
+    for (i, (label, xy)) in curves.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        chart
+            .draw_series(LineSeries::new(xy.iter().copied(), color.stroke_width(2)))?
+            .label(label.as_str())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+            });
+    }
+    for (i, (label, xy)) in points.iter().enumerate() {
+        let color = COLORS[(curves.len() + i) % COLORS.len()];
+        chart
+            .draw_series(std::iter::once(Circle::new(*xy, 6, color.filled())))?
+            .label(label.as_str())
+            .legend(move |(x, y)| Circle::new((x + 9, y), 5, color.filled()));
+    }
+    chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw()?;
+    root.present()?;
+    println!("wrote {out}");
+    Ok(())
+}
