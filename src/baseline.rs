@@ -11,6 +11,8 @@
 //! The learners run one after the other on this thread; bytes are not measured but
 //! computed as a ring all-reduce of f32 deltas would send them.
 
+pub mod networked;
+
 use crate::backend::Backend;
 use crate::data::{Corpus, Shard};
 use crate::delta::ContentHash;
@@ -58,6 +60,16 @@ pub enum BaselineError {
     Params(#[from] ParamsError),
     #[error("a baseline needs at least one learner, one inner step per outer step and one step")]
     Shape,
+    #[error(transparent)]
+    Manifest(#[from] crate::manifest::ManifestError),
+    #[error("run dir: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("network: {0}")]
+    Net(#[from] atoll_net::NetError),
+    #[error(transparent)]
+    Collective(#[from] crate::collective::CollectiveError),
+    #[error("training stopped: {0}")]
+    Stopped(String),
 }
 
 /// Runs synchronous DiLoCo; `progress` hears every outer step. Returns the last progress

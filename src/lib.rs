@@ -21,6 +21,7 @@ pub mod backend;
 pub mod baseline;
 pub mod chaos;
 pub mod checkpoint;
+pub mod collective;
 pub mod data;
 pub mod delta;
 pub mod fleet;

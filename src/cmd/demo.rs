@@ -50,6 +50,10 @@ pub struct Args {
     /// Give up (and stop the peers) after this many seconds.
     #[arg(long, default_value_t = 1200)]
     pub timeout: u64,
+    /// What the peers run: atoll, or a synchronous baseline on the same manifest, shards
+    /// and network for comparison (`dp`: data-parallel, `diloco`: synchronous DiLoCo).
+    #[arg(long, value_enum, default_value_t = super::run::Method::Atoll)]
+    pub method: super::run::Method,
 }
 
 /// One peer in `summary.json`.
@@ -97,8 +101,9 @@ pub fn main(args: Args) -> anyhow::Result<()> {
     let manifest = swarm::manifest(args.config.as_deref(), args.seed, Some(args.steps), &corpus)?;
     let manifest_path = swarm::save_manifest(&args.run_dir, &manifest)?;
     println!(
-        "demo: {} peers × {} steps, manifest {} in {}",
+        "demo: {} {} peers × {} steps, manifest {} in {}",
         args.peers,
+        args.method.name(),
         args.steps,
         manifest.run_id(),
         args.run_dir.display()
@@ -134,10 +139,14 @@ fn start_peer(
 ) -> anyhow::Result<Peer> {
     let dir = swarm::peer_dir(&args.run_dir, index);
     let shard = format!("{index}/{}", args.peers);
-    let spec = Spec::train(dir.clone(), manifest, &shard, Until::Steps(args.steps))
+    let mut spec = Spec::train(dir.clone(), manifest, &shard, Until::Steps(args.steps))
         .bootstrap(bootstrap.iter().cloned())
         .backend(args.backend)
         .data(args.data.as_deref());
+    if args.method != super::run::Method::Atoll {
+        let group = args.peers.to_string();
+        spec = spec.arg("--method").arg(args.method.name()).arg("--group").arg(&group);
+    }
     let process = swarm::start(&spec)?;
     let bar = swarm::bar(multi, &index.to_string(), args.steps);
     Ok(Peer { dir, process, bar })

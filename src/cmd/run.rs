@@ -82,6 +82,41 @@ pub struct Args {
     /// peer id per line, re-read every second), so a test can partition live peers.
     #[arg(long, hide = true)]
     pub fault_injection: bool,
+    /// What this peer runs: atoll (the default), or a synchronous baseline over the same
+    /// network, for comparison: `dp` (data-parallel) or `diloco` (synchronous DiLoCo).
+    #[arg(long, value_enum, default_value_t = Method::Atoll)]
+    pub method: Method,
+    /// With `--method dp|diloco`: peers in the group (all join before the first step).
+    #[arg(long, default_value_t = 4)]
+    pub group: usize,
+    /// With `--method dp|diloco`: a member that misses a barrier is dropped (elastic)
+    /// instead of stopping the run.
+    #[arg(long)]
+    pub elastic: bool,
+    /// With `--method dp|diloco`: longest wait at a barrier, and for the group to form.
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    pub barrier_timeout: u64,
+}
+
+/// What an `atoll run` peer runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Method {
+    /// Decoupled DiLoCo, leaderless (this project).
+    Atoll,
+    /// Synchronous data-parallel: gradients averaged every inner step.
+    Dp,
+    /// Synchronous DiLoCo: outer deltas averaged every H steps at a barrier.
+    Diloco,
+}
+
+impl Method {
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Atoll => "atoll",
+            Method::Dp => "dp",
+            Method::Diloco => "diloco",
+        }
+    }
 }
 
 pub fn main(args: Args) -> anyhow::Result<()> {
@@ -96,6 +131,8 @@ pub fn main(args: Args) -> anyhow::Result<()> {
         .context("cannot start the tokio runtime")?;
     if args.no_train {
         rt.block_on(serve(args))
+    } else if args.method != Method::Atoll {
+        rt.block_on(sync_baseline(args))
     } else {
         rt.block_on(train(args))
     }
@@ -213,6 +250,39 @@ async fn train(args: Args) -> anyhow::Result<()> {
         report.tokens,
         report.final_val_bpb,
         report.anchor_hashes.iter().map(|h| &h[..12.min(h.len())]).collect::<Vec<_>>().join(" ")
+    );
+    Ok(())
+}
+
+/// A peer of a synchronous baseline (`--method dp|diloco`).
+async fn sync_baseline(args: Args) -> anyhow::Result<()> {
+    use atoll::baseline::networked::{self, SyncPeer};
+    let net = net_config(&args)?;
+    let corpus = super::train::load_corpus(args.data.as_deref())?;
+    let manifest = resolve_manifest(&args, &corpus)?;
+    let shard = args.shard.context("--method dp|diloco needs --shard I/N")?;
+    let steps = args.steps.context("--method dp|diloco needs --steps")?;
+    let method = match args.method {
+        Method::Dp => networked::Method::DataParallel,
+        _ => networked::Method::Diloco,
+    };
+    let peer = SyncPeer {
+        manifest,
+        corpus,
+        run_dir: args.run_dir.clone(),
+        shard,
+        backend: args.backend,
+        net,
+        method,
+        peers: args.group.max(1),
+        steps,
+        elastic: args.elastic,
+        timeout: Duration::from_secs(args.barrier_timeout.max(1)),
+    };
+    let report = networked::run(peer).await?;
+    println!(
+        "finished at step {} ({} tokens); final val_bpb {:.3}",
+        report.step, report.tokens, report.final_val_bpb
     );
     Ok(())
 }

@@ -1,0 +1,74 @@
+//! The synchronous baselines as real processes over atoll-net (`atoll run --method
+//! dp|diloco`): a group of two forms, trains the tiny model in lockstep and ends with the
+//! same parameters on both peers, its bytes counted on the wire; a peer of a strict group
+//! whose partner never comes says so and exits non-zero.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Peer, Spec, Until};
+
+fn group_of_two(method: &str) {
+    let _serial = common::serial();
+    let tmp = common::test_dir(&format!("sync-{method}-"));
+    let manifest = common::swarm_manifest(tmp.path(), &format!("sync-{method}"));
+    let spec = |i: u32| {
+        Spec::train(
+            tmp.path().join(format!("peer-{i}")),
+            &manifest,
+            &format!("{i}/2"),
+            Until::Steps(30),
+        )
+        .arg("--method")
+        .arg(method)
+        .arg("--group")
+        .arg("2")
+    };
+    let mut first = Peer::start("peer 0", spec(0));
+    let addr = first.listen_addr(Duration::from_secs(30));
+    let mut second = Peer::start("peer 1", spec(1).bootstrap(Some(addr)));
+    for p in [&mut first, &mut second] {
+        let exit = p.wait_exit(Duration::from_secs(120));
+        assert!(exit.success(), "{} failed ({exit})\n{}", p.name, p.log_tail());
+    }
+    let (a, b) = (first.training().unwrap(), second.training().unwrap());
+    assert_eq!(a.step, 30);
+    assert!(a.final_val_bpb.is_some_and(f64::is_finite));
+    assert_eq!(a.anchor_hashes, b.anchor_hashes, "the group's peers ended on different parameters");
+    let sent = first.status().unwrap().stats.bytes_sent;
+    assert!(sent > 0, "no bytes counted");
+    eprintln!(
+        "{method}: final val_bpb {:.3}, {sent} bytes sent by peer 0",
+        a.final_val_bpb.unwrap()
+    );
+}
+
+#[test]
+fn data_parallel_peers_train_in_lockstep() {
+    group_of_two("dp");
+}
+
+#[test]
+fn synchronous_diloco_peers_agree_after_every_outer_step() {
+    group_of_two("diloco");
+}
+
+#[test]
+fn a_strict_group_that_never_forms_is_a_clear_error() {
+    let _serial = common::serial();
+    let tmp = common::test_dir("sync-alone-");
+    let manifest = common::swarm_manifest(tmp.path(), "sync-alone");
+    let spec = Spec::train(tmp.path().join("peer-0"), &manifest, "0/2", Until::Steps(30))
+        .arg("--method")
+        .arg("dp")
+        .arg("--group")
+        .arg("2")
+        .arg("--barrier-timeout")
+        .arg("2");
+    let mut alone = Peer::start("peer 0", spec);
+    let exit = alone.wait_exit(Duration::from_secs(60));
+    assert!(!exit.success(), "a group of one out of two trained anyway");
+    let log = alone.log();
+    assert!(log.contains("only 0 of the other 1 peers joined"), "{}", alone.log_tail());
+}
