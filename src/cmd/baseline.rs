@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context;
-use atoll::backend::Backend;
 use atoll::baseline::{self, SyncDiloco};
 use atoll::metrics::{bits_per_byte, MetricsLog, MetricsRecord};
 use atoll::proto::{MergeRule, Settings};
@@ -43,17 +42,8 @@ pub struct Args {
     /// Directory for metrics.jsonl and baseline.json (replaced if it holds a baseline).
     #[arg(long, default_value = "runs/baseline")]
     pub run_dir: PathBuf,
-    /// Train on this UTF-8 text file or directory instead of the embedded corpus.
-    #[arg(long)]
-    pub data: Option<PathBuf>,
-    /// Run seed: initial weights and data shuffle.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
-    /// Use this run manifest instead of the default one.
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    #[arg(long, default_value = "flex")]
-    pub backend: Backend,
+    #[command(flatten)]
+    pub run: swarm::RunArgs,
 }
 
 fn parse_rule(s: &str) -> Result<MergeRule, String> {
@@ -86,9 +76,7 @@ pub struct Summary {
 pub fn main(args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
     swarm::prepare_dir(&args.run_dir, &[SUMMARY_FILE, atoll::metrics::FILE_NAME])?;
-    let corpus = super::train::load_corpus(args.data.as_deref())?;
-    let mut manifest =
-        swarm::manifest(args.config.as_deref(), args.seed, Some(args.steps), &corpus)?;
+    let (corpus, mut manifest) = args.run.open(Some(args.steps))?;
     let p = &mut manifest.protocol;
     p.h = args.h.unwrap_or(p.h);
     p.outer_lr = args.outer_lr.unwrap_or(p.outer_lr);
@@ -111,7 +99,7 @@ pub fn main(args: Args) -> anyhow::Result<()> {
     let log = MetricsLog::new(&args.run_dir);
     let mut last = (0u64, Instant::now());
     let end =
-        baseline::sync_diloco(&manifest.train, &settings, &corpus, args.backend, shape, |p| {
+        baseline::sync_diloco(&manifest.train, &settings, &corpus, args.run.backend, shape, |p| {
             bar.set_position(p.step);
             bar.set_message(format!("loss {:.3} outer steps {}", p.loss, p.outer_steps));
             if let Some(val_loss) = p.val_loss {

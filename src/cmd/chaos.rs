@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use atoll::backend::Backend;
 use atoll::chaos::{self, Fault, FaultKind, ScheduleConfig};
 use serde::Serialize;
 
@@ -46,18 +45,8 @@ pub struct Args {
     /// Share of failures that are kills; the others are pauses.
     #[arg(long, default_value_t = 0.5)]
     pub kill_share: f64,
-    /// Seed of the fault schedule and of the run (weights, data order).
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
-    /// Use this run manifest instead of the default one (its `epoch_unix_ms` is reset).
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// Train on this UTF-8 text file or directory instead of the embedded corpus.
-    #[arg(long)]
-    pub data: Option<PathBuf>,
-    /// CPU backend of every peer.
-    #[arg(long, default_value = "flex")]
-    pub backend: Backend,
+    #[command(flatten)]
+    pub run: swarm::RunArgs,
     /// Skip the failure-free baseline run.
     #[arg(long)]
     pub no_baseline: bool,
@@ -118,8 +107,7 @@ struct Outcome {
 pub fn main(args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
     prepare(&args.run_dir)?;
-    let corpus = super::train::load_corpus(args.data.as_deref())?;
-    let manifest = swarm::manifest(args.config.as_deref(), args.seed, None, &corpus)?;
+    let (_, manifest) = args.run.open(None)?;
     let period_ms = manifest.validate()?.period_ms();
     let duration_ms = args.duration * 1000;
     let faults = chaos::schedule(&ScheduleConfig {
@@ -131,7 +119,7 @@ pub fn main(args: Args) -> anyhow::Result<()> {
         kill_share: args.kill_share,
         warmup_ms: (duration_ms / 10).max(2 * period_ms),
         settle_ms: (duration_ms / 5).max(3 * period_ms),
-        seed: args.seed,
+        seed: args.run.seed,
     });
     let kills = faults.iter().filter(|f| matches!(f.kind, FaultKind::Kill { .. })).count();
     println!(
@@ -140,7 +128,7 @@ pub fn main(args: Args) -> anyhow::Result<()> {
         args.duration,
         faults.len(),
         faults.len() - kills,
-        args.seed,
+        args.run.seed,
         args.run_dir.display()
     );
     let baseline = if args.no_baseline {
@@ -170,7 +158,7 @@ pub fn main(args: Args) -> anyhow::Result<()> {
         peers: args.peers,
         duration_s: args.duration,
         mtbf_s: args.mtbf,
-        seed: args.seed,
+        seed: args.run.seed,
         wall_s: started.elapsed().as_secs_f64(),
         faults,
     };

@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use atoll::backend::Backend;
 use atoll::fleet::{Process, Spec, Until};
 use atoll::manifest::Manifest;
 use atoll::node::status::{self, StatusFile};
@@ -35,18 +34,8 @@ pub struct Args {
     /// Peer dirs of an earlier demo there are replaced.
     #[arg(long, default_value = "runs/demo")]
     pub run_dir: PathBuf,
-    /// Train on this UTF-8 text file or directory instead of the embedded corpus.
-    #[arg(long)]
-    pub data: Option<PathBuf>,
-    /// Run seed: initial weights and data shuffle.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
-    /// Use this run manifest instead of the default one (its `epoch_unix_ms` is reset).
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// CPU backend of every peer.
-    #[arg(long, default_value = "flex")]
-    pub backend: Backend,
+    #[command(flatten)]
+    pub run: swarm::RunArgs,
     /// Give up (and stop the peers) after this many seconds.
     #[arg(long, default_value_t = 1200)]
     pub timeout: u64,
@@ -54,6 +43,9 @@ pub struct Args {
     /// and network for comparison (`dp`: data-parallel, `diloco`: synchronous DiLoCo).
     #[arg(long, value_enum, default_value_t = super::run::Method::Atoll)]
     pub method: super::run::Method,
+    /// Cap every peer's uploads of payloads at this many megabits per second (a slow link).
+    #[arg(long, value_name = "MBPS")]
+    pub max_upload_mbps: Option<f64>,
 }
 
 /// One peer in `summary.json`.
@@ -97,8 +89,7 @@ struct Peer {
 pub fn main(args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
     swarm::prepare_dir(&args.run_dir, &[SUMMARY_FILE])?;
-    let corpus = super::train::load_corpus(args.data.as_deref())?;
-    let manifest = swarm::manifest(args.config.as_deref(), args.seed, Some(args.steps), &corpus)?;
+    let (_, manifest) = args.run.open(Some(args.steps))?;
     let manifest_path = swarm::save_manifest(&args.run_dir, &manifest)?;
     println!(
         "demo: {} {} peers × {} steps, manifest {} in {}",
@@ -141,8 +132,11 @@ fn start_peer(
     let shard = format!("{index}/{}", args.peers);
     let mut spec = Spec::train(dir.clone(), manifest, &shard, Until::Steps(args.steps))
         .bootstrap(bootstrap.iter().cloned())
-        .backend(args.backend)
-        .data(args.data.as_deref());
+        .backend(args.run.backend)
+        .data(args.run.data.as_deref());
+    if let Some(mbps) = args.max_upload_mbps {
+        spec = spec.arg("--max-upload-mbps").arg(&mbps.to_string());
+    }
     if args.method != super::run::Method::Atoll {
         let group = args.peers.to_string();
         spec = spec.arg("--method").arg(args.method.name()).arg("--group").arg(&group);

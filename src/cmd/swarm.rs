@@ -18,6 +18,32 @@ use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 /// The swarm name of local swarm runs.
 const SWARM_NAME: &str = "atoll-demo";
 
+/// The run a local swarm command trains (`demo`, `chaos`, `baseline`).
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Train on this UTF-8 text file or directory instead of the embedded corpus.
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Run seed: initial weights and data order (chaos: the fault schedule too).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Use this run manifest instead of the default one (its `epoch_unix_ms` is reset).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// CPU backend of every peer.
+    #[arg(long, default_value = "flex")]
+    pub backend: Backend,
+}
+
+impl RunArgs {
+    /// The corpus and the run manifest (see [`manifest`]).
+    pub fn open(&self, decay_steps: Option<u64>) -> anyhow::Result<(Corpus, Manifest)> {
+        let corpus = super::train::load_corpus(self.data.as_deref())?;
+        let manifest = manifest(self.config.as_deref(), self.seed, decay_steps, &corpus)?;
+        Ok((corpus, manifest))
+    }
+}
+
 /// The run manifest of a local swarm: `config`, or the default one with `seed` and, if
 /// given, a learning-rate decay over `decay_steps`; its epoch is set to now.
 pub fn manifest(

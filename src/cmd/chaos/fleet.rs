@@ -126,8 +126,8 @@ impl Swarm<'_> {
         let shard = format!("{i}/{}", self.args.peers);
         let spec = Spec::train(swarm::peer_dir(self.dir, i), &self.manifest, &shard, until)
             .bootstrap(bootstrap.iter().cloned())
-            .backend(self.args.backend)
-            .data(self.args.data.as_deref());
+            .backend(self.args.run.backend)
+            .data(self.args.run.data.as_deref());
         let child = swarm::start(&spec)?;
         self.lives.push(Incarnation {
             peer: i as usize,
