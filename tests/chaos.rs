@@ -38,4 +38,10 @@ fn a_swarm_under_kills_restarts_and_pauses_loses_almost_nothing() {
     assert!(bpb <= base * 1.05, "val_bpb {bpb} vs {base} without failures: {stdout}");
     assert!(num("goodput") > 0.5 && num("goodput") <= 1.05, "{stdout}");
     assert!(num("uptime") > 0.8, "{stdout}");
+    eprintln!(
+        "goodput {:.3} (baseline {:.3}), uptime {:.3}, val_bpb {bpb:.3} vs {base:.3}",
+        num("goodput"),
+        num("baseline_goodput"),
+        num("uptime")
+    );
 }
