@@ -10,6 +10,8 @@ use super::{ContributionAnnounce, Message, PeerId, Settings};
 use crate::delta::{self, ContentHash, DeltaMeta, Limits};
 use crate::fragment::FragmentPlan;
 use bytes::Bytes;
+
+mod view;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -218,48 +220,6 @@ impl Protocol {
             }
         }
         out
-    }
-
-    pub fn me(&self) -> PeerId {
-        self.me
-    }
-
-    pub fn settings(&self) -> &Settings {
-        &self.settings
-    }
-
-    pub fn schedule(&self) -> &Schedule {
-        &self.schedule
-    }
-
-    /// The replicated state of fragment `p` (what a checkpoint saves).
-    pub fn state(&self, p: usize) -> &FragmentState {
-        &self.lanes[p].state
-    }
-
-    /// blake3 of the state of fragment `p`; equal on all peers when they agree.
-    pub fn state_hash(&self, p: usize) -> ContentHash {
-        self.lanes[p].state_hash
-    }
-
-    /// Fraction of peers that announced our current round of `p` and hold our state.
-    pub fn agreement(&self, p: usize) -> f64 {
-        let lane = &self.lanes[p];
-        lane.votes.agreement(lane.state.round, lane.state_hash)
-    }
-
-    /// The grace window now in force, in ms.
-    pub fn grace_window(&self) -> Millis {
-        self.grace.window()
-    }
-
-    pub fn metrics(&self) -> &Metrics {
-        &self.metrics
-    }
-
-    /// Contributions held but not yet merged, over all fragments.
-    pub fn pending(&self) -> usize {
-        self.lanes.iter().map(|l| l.held.values().filter(|h| h.merged_at.is_none()).count()).sum()
     }
 
     fn on_timer(&mut self, t: Timer, now: Millis, out: &mut Vec<Output>) {
