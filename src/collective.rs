@@ -160,12 +160,18 @@ impl<N: Network> Group<N> {
 
     /// Fetches the other members' buffers (all at once) and averages in member order.
     async fn reduce(&mut self, step: u64, mine: &[f32]) -> Result<Vec<f32>, CollectiveError> {
+        let want = 4 * mine.len() as u64;
         let mut fetches = tokio::task::JoinSet::new();
         for &peer in &self.members {
             if peer == self.me {
                 continue;
             }
             let Some(&(hash, len)) = self.heard.get(&(step, peer)) else { continue };
+            // The announced length bounds the transfer: anything but ours is refused unread.
+            if len != want {
+                let reason = format!("announced {len} bytes, expected {want}");
+                return Err(CollectiveError::Fetch { step, peer, reason });
+            }
             let net = self.net.clone();
             fetches.spawn(async move { (peer, len, net.fetch(hash, vec![peer], len).await) });
         }
@@ -174,8 +180,8 @@ impl<N: Network> Group<N> {
             let Ok((peer, len, got)) = done else { return Err(CollectiveError::Closed) };
             let fail = |reason: String| CollectiveError::Fetch { step, peer, reason };
             let bytes = got.map_err(|e| fail(e.to_string()))?;
-            if bytes.len() as u64 != len || len != 4 * mine.len() as u64 {
-                return Err(fail(format!("{} bytes, expected {}", bytes.len(), 4 * mine.len())));
+            if bytes.len() as u64 != len {
+                return Err(fail(format!("{} bytes, expected {len}", bytes.len())));
             }
             let values = bytes
                 .chunks_exact(4)
@@ -236,6 +242,25 @@ mod tests {
         let mut bad = msg.clone();
         bad[0] = b'X';
         assert_eq!(decode(&bad), None);
+    }
+
+    #[tokio::test]
+    async fn an_announced_length_other_than_ours_is_refused_before_any_transfer() {
+        let swarm = MemSwarm::new();
+        let (a, b) = (peer(1), peer(2));
+        let (net_a, events_a) = swarm.join(a);
+        let (net_b, _events_b) = swarm.join(b);
+        let timeout = Duration::from_secs(10);
+        let mut g = Group::form(net_a, events_a, [1; 32], 2, false, timeout).await.unwrap();
+        // B announces a buffer of a gigabyte for step 0 (and holds nothing).
+        net_b.publish(encode(&[1; 32], 0, 0, &BlobHash([5; 32]), 1 << 30)).await.unwrap();
+        match g.mean(0, &[1.0, 2.0]).await {
+            Err(CollectiveError::Fetch { peer, reason, .. }) => {
+                assert_eq!(peer, b);
+                assert!(reason.contains("announced 1073741824 bytes, expected 8"), "{reason}");
+            }
+            other => panic!("expected a refused length, got {other:?}"),
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
