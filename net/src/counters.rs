@@ -179,4 +179,64 @@ pub struct NetStats {
     /// Times a source missed its per-request deadline and was demoted in a fetch.
     #[serde(default)]
     pub slow_sources: u64,
+    // NAT traversal
+    /// Whether others can dial this node, as AutoNAT probes found.
+    #[serde(default)]
+    pub reachability: Reachability,
+    /// How this node reaches each connected run peer (sorted by peer id).
+    #[serde(default)]
+    pub links: Vec<PeerLink>,
+    /// The relay side: reservations held on other peers, and what this node relays.
+    #[serde(default)]
+    pub relay: RelayStats,
+}
+
+/// Whether other peers can dial this node (AutoNAT).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reachability {
+    /// Not probed yet, or no probe could be made (no server peer to ask).
+    #[default]
+    Unknown,
+    /// Peers dialled one of our addresses back.
+    Public,
+    /// Dial-backs failed: behind NAT or a firewall; reachable only through a relay.
+    Private,
+}
+
+/// How a run peer is connected.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LinkKind {
+    /// A direct connection (dialled, accepted, or upgraded by hole punching).
+    #[default]
+    Direct,
+    /// Only through a relay (circuit relay v2).
+    Relayed,
+}
+
+/// One connected run peer and its link.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerLink {
+    pub peer: String,
+    pub kind: LinkKind,
+    /// The remote address of the connection used.
+    pub addr: String,
+}
+
+/// Relay client and server figures.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RelayStats {
+    /// This node runs a relay server (public `--no-train` peers by default).
+    pub serving: bool,
+    /// Peers holding a reservation on this node's relay.
+    pub reservations_served: usize,
+    /// Circuits this node's relay accepted in all, and bytes it carried for them.
+    pub circuits_served: u64,
+    pub bytes_relayed: u64,
+    /// Relays this node holds a reservation on (peer ids), i.e. where others can reach it.
+    pub reservations: Vec<String>,
+    /// Relayed connections upgraded to direct ones by hole punching, and failed attempts.
+    pub holepunch_ok: u64,
+    pub holepunch_failed: u64,
 }
