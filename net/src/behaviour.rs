@@ -8,8 +8,8 @@ use std::time::Duration;
 use libp2p::swarm::behaviour::toggle::Toggle;
 use libp2p::swarm::NetworkBehaviour;
 use libp2p::{
-    allow_block_list, connection_limits, gossipsub, identify, identity::Keypair, kad, mdns, ping,
-    request_response,
+    allow_block_list, autonat, connection_limits, dcutr, gossipsub, identify, identity::Keypair,
+    kad, mdns, ping, relay, request_response,
 };
 use libp2p::{PeerId, StreamProtocol};
 
@@ -61,10 +61,26 @@ pub struct Behaviour {
     pub gossipsub: gossipsub::Behaviour,
     pub blob: request_response::Behaviour<BlobCodec>,
     pub mdns: Toggle<mdns::tokio::Behaviour>,
+    /// AutoNAT (v1): connected peers dial us back to tell whether we are reachable, and we
+    /// do the same for them (see `node::nat`).
+    pub autonat: autonat::Behaviour,
+    /// Circuit relay v2 server, with the limits of [`crate::nat::RelayLimits`] (public
+    /// `--no-train` peers by default).
+    pub relay: Toggle<relay::Behaviour>,
+    /// Circuit relay v2 client: reservations on relays while we are private, and dials
+    /// through them.
+    pub relay_client: relay::client::Behaviour,
+    /// Hole punching: upgrades a relayed connection to a direct one.
+    pub dcutr: dcutr::Behaviour,
 }
 
 impl Behaviour {
-    pub fn new(key: &Keypair, cfg: &NetConfig, counters: Arc<Counters>) -> Result<Self, NetError> {
+    pub fn new(
+        key: &Keypair,
+        cfg: &NetConfig,
+        counters: Arc<Counters>,
+        relay_client: relay::client::Behaviour,
+    ) -> Result<Self, NetError> {
         let peer_id = key.public().to_peer_id();
         Ok(Behaviour {
             blocked: allow_block_list::Behaviour::default(),
@@ -101,6 +117,13 @@ impl Behaviour {
             } else {
                 None.into()
             },
+            autonat: autonat::Behaviour::new(peer_id, crate::nat::autonat_config(&cfg.nat)),
+            relay: cfg
+                .relay_server
+                .then(|| relay::Behaviour::new(peer_id, cfg.nat.relay.server_config()))
+                .into(),
+            relay_client,
+            dcutr: dcutr::Behaviour::new(peer_id),
         })
     }
 }

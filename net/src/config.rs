@@ -11,6 +11,7 @@ use crate::blob::store::DEFAULT_STORE_BUDGET;
 use crate::error::NetError;
 use crate::iplimit::DEFAULT_MAX_CONNECTIONS_PER_IP;
 use crate::limiter::share::FairShareConfig;
+use crate::nat::NatConfig;
 use crate::swarmkey;
 
 /// Run id used when none is given: every peer started without `--run-id` joins this swarm.
@@ -69,6 +70,12 @@ pub struct NetConfig {
     /// Per-requester fair share of our uploads: repeat refusal and a byte budget per
     /// window; see [`crate::limiter::share`].
     pub upload_share: FairShareConfig,
+    // NAT traversal
+    /// Serve circuit relay v2 (reservations and circuits within `nat.relay`): on for public
+    /// bootstrap peers. Every node is a relay client and hole-punches anyway.
+    pub relay_server: bool,
+    /// AutoNAT timings and the relay server's limits.
+    pub nat: NatConfig,
 }
 
 impl std::fmt::Debug for NetConfig {
@@ -86,6 +93,7 @@ impl std::fmt::Debug for NetConfig {
             .field("max_connections_per_ip", &self.max_connections_per_ip)
             .field("exempt_loopback", &self.exempt_loopback)
             .field("swarm_key", &self.swarm_key.map(|_| "<set>"))
+            .field("relay_server", &self.relay_server)
             .finish_non_exhaustive()
     }
 }
@@ -110,6 +118,8 @@ impl NetConfig {
             exempt_loopback: true,
             swarm_key: None,
             upload_share: FairShareConfig::default(),
+            relay_server: false,
+            nat: NatConfig::default(),
         }
     }
 

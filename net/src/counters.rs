@@ -47,6 +47,8 @@ pub struct Counters {
     pub blob: ByteCounter,
     /// Announcement payloads published and received (gossipsub framing excluded).
     pub announce: ByteCounter,
+    /// Raw bytes of relayed connections (circuits), as the relay carried them.
+    pub relayed: ByteCounter,
     /// Inbound blob requests that failed to decode. Counted in the codec, which does not
     /// know the peer (request-response does not report read failures upward).
     pub blob_malformed: AtomicU64,
@@ -231,9 +233,11 @@ pub struct RelayStats {
     pub serving: bool,
     /// Peers holding a reservation on this node's relay.
     pub reservations_served: usize,
-    /// Circuits this node's relay accepted in all, and bytes it carried for them.
+    /// Circuits this node's relay accepted in all.
     pub circuits_served: u64,
-    pub bytes_relayed: u64,
+    /// Bytes this node sent and received through relay circuits as an endpoint (encrypted
+    /// and framed: what the relay carried for it).
+    pub circuit_bytes: ByteCount,
     /// Relays this node holds a reservation on (peer ids), i.e. where others can reach it.
     pub reservations: Vec<String>,
     /// Relayed connections upgraded to direct ones by hole punching, and failed attempts.

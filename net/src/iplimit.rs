@@ -67,6 +67,11 @@ impl IpLimits {
     }
 
     fn ip_to_limit(&self, addr: &Multiaddr) -> Option<IpAddr> {
+        // A circuit's address names the relay's IP: every peer behind one relay would share
+        // one cap. Circuits are bounded by the relay's limits and the connection limits.
+        if addr.iter().any(|p| matches!(p, Protocol::P2pCircuit)) {
+            return None;
+        }
         let ip = ip_of(addr)?;
         (!(self.exempt_loopback && ip.is_loopback())).then_some(ip)
     }

@@ -17,6 +17,7 @@
 //! - [`bans`]: strikes against misbehaving peers, bans and the ban file.
 //! - [`iplimit`]: caps on inbound connections per remote IP.
 //! - [`swarmkey`]: private swarms (pre-shared key, libp2p pnet) and the `swarm.key` format.
+//! - [`nat`]: NAT traversal settings (AutoNAT, circuit relay v2, hole punching).
 //! - [`limiter`]: the upload cap (token bucket).
 //! - [`logthrottle`]: at most one log line per (peer, reason) per window.
 //! - [`counters`]: byte counters, reject reasons and the [`NetStats`] snapshot.
@@ -50,6 +51,7 @@ pub mod identity;
 pub mod iplimit;
 pub mod limiter;
 pub mod logthrottle;
+pub mod nat;
 pub mod node;
 pub mod swarmkey;
 pub mod transport;
@@ -57,7 +59,9 @@ pub mod transport;
 pub use blob::{BlobHash, ChunkList, CHUNK_SIZE};
 pub use client::{NetClient, NetEvent};
 pub use config::{NetConfig, DEFAULT_RUN_NAME};
-pub use counters::{ByteCount, LinkKind, NetStats, PeerLink, Reachability, RejectReason, RelayStats};
+pub use counters::{
+    ByteCount, LinkKind, NetStats, PeerLink, Reachability, RejectReason, RelayStats,
+};
 pub use error::{AnnounceError, FetchError, IdentityError, NetError, StoreError};
 pub use libp2p::identity::Keypair;
 pub use libp2p::{Multiaddr, PeerId};

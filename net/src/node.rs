@@ -5,6 +5,7 @@ mod dials;
 mod event_loop;
 mod hygiene;
 mod members;
+mod nat;
 mod peers;
 mod stats;
 mod swarm_events;
@@ -116,8 +117,11 @@ impl Node {
 }
 
 fn build_swarm(cfg: &NetConfig, counters: Arc<Counters>) -> Result<Swarm<Behaviour>, NetError> {
-    let transport = transport::build(&cfg.keypair, cfg.swarm_key, counters.clone())?;
-    let behaviour = Behaviour::new(&cfg.keypair, cfg, counters)?;
+    let (relay_transport, relay_client) =
+        libp2p::relay::client::new(cfg.keypair.public().to_peer_id());
+    let transport =
+        transport::build(&cfg.keypair, cfg.swarm_key, counters.clone(), relay_transport)?;
+    let behaviour = Behaviour::new(&cfg.keypair, cfg, counters, relay_client)?;
     Ok(SwarmBuilder::with_existing_identity(cfg.keypair.clone())
         .with_tokio()
         .with_other_transport(|_| transport)

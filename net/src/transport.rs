@@ -16,7 +16,7 @@ use libp2p::core::muxing::{StreamMuxer, StreamMuxerBox, StreamMuxerEvent, Substr
 use libp2p::core::transport::{Boxed, OrTransport};
 use libp2p::core::upgrade::Version;
 use libp2p::pnet::{PnetConfig, PreSharedKey};
-use libp2p::{identity::Keypair, noise, quic, tcp, yamux, PeerId, Transport};
+use libp2p::{identity::Keypair, noise, quic, relay, tcp, yamux, PeerId, Transport};
 
 use crate::counters::ByteCounter;
 use crate::counters::Counters;
@@ -29,35 +29,47 @@ const TCP_UPGRADE_TIMEOUT: Duration = Duration::from_secs(10);
 /// stay "established" (and the peer a run peer) for as long as TCP retries, ~15 min.
 pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Builds the counted TCP-or-QUIC transport for `key`. With a swarm key every TCP
-/// connection is wrapped in libp2p pnet before noise, and QUIC is left out (it cannot carry
-/// the key; see [`crate::swarmkey`]).
+/// Builds the counted TCP-or-QUIC transport for `key`, with circuits of `relay` (the relay
+/// client's transport) beside them. With a swarm key every TCP connection and every circuit
+/// is wrapped in libp2p pnet before noise, and QUIC is left out (it cannot carry the key;
+/// see [`crate::swarmkey`]).
 pub fn build(
     key: &Keypair,
     swarm_key: Option<[u8; 32]>,
     counters: Arc<Counters>,
+    relay: relay::client::Transport,
 ) -> Result<Boxed<(PeerId, StreamMuxerBox)>, NetError> {
-    let noise = noise::Config::new(key).map_err(|e| NetError::Transport(e.to_string()))?;
     let tcp = tcp::tokio::Transport::new(tcp::Config::default().nodelay(true));
-    let tcp: Boxed<(PeerId, StreamMuxerBox)> = match swarm_key {
-        None => tcp
+    // A circuit is a byte stream through the relay: it gets the same handshake as TCP, so
+    // the relay sees only ciphertext.
+    let circuits = counters.clone();
+    let relay = relay.map(move |conn, _| Counted {
+        inner: conn,
+        counters: circuits.clone(),
+        circuit: true,
+    });
+    let streams = OrTransport::new(relay, tcp);
+    let streams: Boxed<(PeerId, StreamMuxerBox)> = match swarm_key {
+        None => streams
             .upgrade(Version::V1Lazy)
-            .authenticate(noise)
+            .authenticate(noise(key)?)
             .multiplex(yamux::Config::default())
             .timeout(TCP_UPGRADE_TIMEOUT)
             .map(|(peer, m), _| (peer, StreamMuxerBox::new(m)))
             .boxed(),
         Some(psk) => {
             let pnet = PnetConfig::new(PreSharedKey::new(psk));
-            tcp.and_then(move |socket, _| pnet.handshake(socket))
+            streams
+                .and_then(move |socket, _| pnet.handshake(socket))
                 .upgrade(Version::V1Lazy)
-                .authenticate(noise)
+                .authenticate(noise(key)?)
                 .multiplex(yamux::Config::default())
                 .timeout(TCP_UPGRADE_TIMEOUT)
                 .map(|(peer, m), _| (peer, StreamMuxerBox::new(m)))
                 .boxed()
         }
     };
+    let tcp = streams;
     let transport = if swarm_key.is_some() {
         tcp
     } else {
@@ -75,6 +87,10 @@ pub fn build(
         .boxed())
 }
 
+fn noise(key: &Keypair) -> Result<noise::Config, NetError> {
+    noise::Config::new(key).map_err(|e| NetError::Transport(e.to_string()))
+}
+
 /// A muxer whose substreams count their bytes into [`Counters::transport`], and whose close
 /// gives up after [`CLOSE_TIMEOUT`].
 struct CountingMuxer {
@@ -86,7 +102,7 @@ struct CountingMuxer {
 
 impl CountingMuxer {
     fn wrap(&self, s: SubstreamBox) -> CountingStream {
-        CountingStream { inner: s, counters: self.counters.clone() }
+        Counted { inner: s, counters: self.counters.clone(), circuit: false }
     }
 }
 
@@ -130,18 +146,27 @@ impl StreamMuxer for CountingMuxer {
 }
 
 /// A substream that counts what passes through it.
-struct CountingStream {
-    inner: SubstreamBox,
+type CountingStream = Counted<SubstreamBox>;
+
+/// A byte stream that counts what passes through it: a substream (into
+/// [`Counters::transport`]) or a relay circuit (into [`Counters::relayed`]).
+struct Counted<S> {
+    inner: S,
     counters: Arc<Counters>,
+    circuit: bool,
 }
 
-impl CountingStream {
+impl<S> Counted<S> {
     fn counter(&self) -> &ByteCounter {
-        &self.counters.transport
+        if self.circuit {
+            &self.counters.relayed
+        } else {
+            &self.counters.transport
+        }
     }
 }
 
-impl AsyncRead for CountingStream {
+impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -153,7 +178,7 @@ impl AsyncRead for CountingStream {
     }
 }
 
-impl AsyncWrite for CountingStream {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,

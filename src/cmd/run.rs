@@ -70,6 +70,10 @@ pub struct Args {
     /// Do not discover peers on the local network by multicast DNS.
     #[arg(long)]
     pub no_mdns: bool,
+    /// Serve as a circuit relay for peers behind NAT (with byte, time and reservation
+    /// limits). Default: on for `--no-train` peers, off for training peers.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub relay_server: Option<bool>,
     /// Key file (default: RUN_DIR/peer_key); created if absent, so restarts keep the peer id.
     #[arg(long, value_name = "PATH")]
     pub key_file: Option<PathBuf>,
@@ -164,6 +168,7 @@ fn net_config(args: &Args) -> anyhow::Result<NetConfig> {
     cfg.ban_file = Some(args.run_dir.join(BAN_FILE_NAME));
     cfg.bootstrap = args.bootstrap.clone();
     cfg.mdns = !args.no_mdns;
+    cfg.relay_server = args.relay_server.unwrap_or(args.no_train);
     cfg.max_upload_bytes_per_sec = args.max_upload_mbps.map(mbps_to_bytes_per_sec);
     if args.fault_injection {
         cfg.block_list = Some(args.run_dir.join(atoll_net::fault::FILE_NAME));

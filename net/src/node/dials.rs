@@ -88,15 +88,25 @@ impl DialQueue {
     }
 }
 
-/// At most [`MAX_ADDRS_PER_PROVIDER`] distinct addresses, in the order given (routing
-/// table first), leaving out loopback ones unless we listen on loopback ourselves.
+/// At most [`MAX_ADDRS_PER_PROVIDER`] distinct direct addresses, in the order given
+/// (routing table first), leaving out loopback ones unless we listen on loopback ourselves,
+/// plus the first relayed one (a peer behind NAT is reachable only through its relay; if a
+/// direct address works too, hole punching and `nat` drop the circuit).
 pub fn pick_addrs(addrs: Vec<Multiaddr>, allow_loopback: bool) -> Vec<Multiaddr> {
     let mut out: Vec<Multiaddr> = Vec::new();
+    let mut direct = 0;
+    let mut relayed = false;
     for a in addrs {
-        if out.len() >= MAX_ADDRS_PER_PROVIDER {
-            break;
+        if out.contains(&a) || (!allow_loopback && super::addr_is_loopback(&a)) {
+            continue;
         }
-        if (allow_loopback || !super::addr_is_loopback(&a)) && !out.contains(&a) {
+        if super::nat::is_relayed(&a) {
+            if !relayed {
+                relayed = true;
+                out.push(a);
+            }
+        } else if direct < MAX_ADDRS_PER_PROVIDER {
+            direct += 1;
             out.push(a);
         }
     }
@@ -217,5 +227,17 @@ mod tests {
         let lo: Multiaddr = "/ip4/127.0.0.1/tcp/1".parse().unwrap();
         assert_eq!(pick_addrs(vec![lo.clone(), addr(1), addr(1)], false), vec![addr(1)]);
         assert_eq!(pick_addrs(vec![lo.clone(), addr(1)], true), vec![lo, addr(1)]);
+    }
+
+    #[test]
+    fn one_relayed_address_is_kept_beside_the_direct_ones() {
+        let relay = PeerId::random();
+        let circuit = |i: usize| {
+            addr(i)
+                .with(libp2p::multiaddr::Protocol::P2p(relay))
+                .with(libp2p::multiaddr::Protocol::P2pCircuit)
+        };
+        let picked = pick_addrs(vec![addr(1), addr(2), addr(3), circuit(4), circuit(5)], false);
+        assert_eq!(picked, vec![addr(1), addr(2), circuit(4)]);
     }
 }

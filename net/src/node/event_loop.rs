@@ -83,6 +83,8 @@ pub(crate) struct EventLoop {
     pub(super) members: gossipsub::IdentTopic,
     /// When our next member record is due (`None`: at the next tick).
     pub(super) record_due: Option<Instant>,
+    /// Reachability, relay reservations, links (see `nat`).
+    pub(super) nat: super::nat::NatState,
 }
 
 impl EventLoop {
@@ -128,6 +130,7 @@ impl EventLoop {
             on_loopback: cfg.listen.iter().any(super::addr_is_loopback),
             members: super::members::members_topic(&cfg.run_name),
             record_due: None,
+            nat: Default::default(),
         };
         event_loop.apply_loaded_bans();
         event_loop
@@ -257,6 +260,7 @@ impl EventLoop {
         self.dials.tick();
         self.publish_record(Instant::now());
         self.dial_providers();
+        self.ensure_reservations();
         let table = self.routing_table_size();
         if table == 0 {
             if self.ticks > 1 && self.swarm.network_info().num_peers() == 0 {

@@ -54,9 +54,9 @@ impl EventLoop {
             // Fetches run in the callers' tasks: `NetClient::stats` fills these in.
             hedged_requests: 0,
             slow_sources: 0,
-            reachability: Default::default(),
-            links: Vec::new(),
-            relay: Default::default(),
+            reachability: self.nat.reachability,
+            links: self.nat_links(),
+            relay: self.nat_relay_stats(),
         }
     }
 

@@ -28,6 +28,18 @@ const NO_KEY_HINT: &str = " (if the peer's swarm is private, start with its --sw
 
 impl EventLoop {
     pub(super) fn on_swarm_event(&mut self, event: SwarmEvent<BehaviourEvent>) {
+        match &event {
+            SwarmEvent::ConnectionEstablished { peer_id, connection_id, endpoint, .. } => {
+                self.nat_connection_established(*peer_id, *connection_id, endpoint)
+            }
+            SwarmEvent::ConnectionClosed { connection_id, .. } => {
+                self.nat_connection_closed(*connection_id)
+            }
+            SwarmEvent::ListenerClosed { listener_id, .. } => {
+                self.nat_listener_closed(*listener_id)
+            }
+            _ => {}
+        }
         match event {
             SwarmEvent::Behaviour(ev) => self.on_behaviour_event(ev),
             SwarmEvent::ConnectionEstablished { peer_id, .. }
@@ -108,6 +120,10 @@ impl EventLoop {
             }
             BehaviourEvent::Gossipsub(ev) => self.on_gossip(ev),
             BehaviourEvent::Blob(ev) => self.on_blob(ev),
+            BehaviourEvent::Autonat(ev) => self.on_autonat(ev),
+            BehaviourEvent::RelayClient(ev) => self.on_relay_client(ev),
+            BehaviourEvent::Relay(ev) => self.on_relay_server(ev),
+            BehaviourEvent::Dcutr(ev) => self.on_dcutr(ev),
             BehaviourEvent::Mdns(mdns::Event::Discovered(list)) => {
                 for (peer, addr) in list {
                     self.swarm.behaviour_mut().kad.add_address(&peer, addr);
@@ -125,6 +141,7 @@ impl EventLoop {
             self.peers.reject(peer.to_string(), RejectReason::PeerVersion, &info.protocol_version);
             return;
         }
+        self.nat_identified(peer, &info);
         if !info.protocols.contains(&KAD_PROTOCOL) {
             return;
         }
