@@ -60,8 +60,11 @@ const STATUS_PERIOD: Duration = Duration::from_millis(500);
 /// merge), and never less than [`QUIET_MIN_MS`] (peers that start later get their turn).
 const QUIET_MARGIN_MS: u64 = 1_000;
 const QUIET_MIN_MS: u64 = 5_000;
-/// How long after a run peer connects this peer announces its states again for it.
-const REANNOUNCE_DELAY_MS: u64 = 1_000;
+/// How long after a run peer connects this peer announces its states again for it: soon
+/// (its gossip subscription comes with its first message, so it is usually there by then),
+/// and once more later for a subscription that came late (slow links).
+const REANNOUNCE_SOON_MS: u64 = 150;
+const REANNOUNCE_LATE_MS: u64 = 1_000;
 /// Most offenders whose offences were logged (one line per offender and offence).
 const MAX_REPORTED: usize = 4096;
 /// Most protocol ids mapped back to libp2p peer ids (fetch sources, penalties).
@@ -204,6 +207,7 @@ async fn serve<N: Network>(
         finishing: false,
         started_unix_ms,
         reannounce_at: None,
+        reannounce_late: None,
         allow: opts.net.allow.clone(),
         holding: late.then_some(clock + period * 2 + QUIET_MARGIN_MS),
     };
@@ -253,8 +257,9 @@ struct Loop<N> {
     /// Until when (run timeline) a late joiner waits for the swarm's anchors before its
     /// first step; `None` once it trains.
     holding: Option<Millis>,
-    /// When to announce our states again for peers that joined.
+    /// When to announce our states again for peers that joined, and once more after that.
     reannounce_at: Option<Millis>,
+    reannounce_late: Option<Millis>,
     /// The run's allow list (`None`: an open run).
     allow: Option<HashSet<atoll_net::PeerId>>,
 }
@@ -279,8 +284,14 @@ impl<N: Network> Loop<N> {
         self.refresh_status();
         let mut tick = tokio::time::interval(STATUS_PERIOD);
         loop {
+            // A joiner starts training the moment it holds the swarm's anchors, not at the
+            // next status tick.
+            if self.holding.is_some() {
+                self.release_if_caught_up().await;
+            }
             let next_timer = self.timers.peek().map(|Reverse((at, _))| *at);
             let sleep_ms = next_timer.map(|at| at.saturating_sub(self.now())).unwrap_or(60_000);
+            let reannounce_ms = self.reannounce_at.map(|at| at.saturating_sub(self.now()));
             tokio::select! {
                 biased;
                 _ = &mut stop, if !self.finishing => self.finish().await,
@@ -314,6 +325,10 @@ impl<N: Network> Loop<N> {
                         self.carry_out(outs).await;
                     }
                 }
+                _ = tokio::time::sleep(Duration::from_millis(reannounce_ms.unwrap_or(0))), if reannounce_ms.is_some() => {
+                    self.reannounce_at = self.reannounce_late.take();
+                    self.announce_states().await;
+                }
                 Some(ev) = events.recv() => self.on_net(ev).await,
                 Some(ev) = self.fetches.next(), if !self.fetches.is_empty() => {
                     let outs = self.proto.handle(ev, self.now());
@@ -321,10 +336,6 @@ impl<N: Network> Loop<N> {
                 }
                 _ = tick.tick() => {
                     self.release_if_caught_up().await;
-                    if self.reannounce_at.is_some_and(|at| at <= self.now()) {
-                        self.reannounce_at = None;
-                        self.announce_states().await;
-                    }
                     self.refresh_status();
                     self.reap();
                     if let Ok(stats) = self.net.stats().await {

@@ -7,6 +7,10 @@ use super::worker::ToWorker;
 use super::{Loop, Network, QUIET_MARGIN_MS, QUIET_MIN_MS};
 use crate::proto::Millis;
 
+/// A joiner is caught up once each fragment's state is at most this many rounds behind the
+/// round the run's clock is in (a merged state trails its open round by about one).
+const MAX_ROUNDS_BEHIND_CLOCK: u64 = 2;
+
 impl<N: Network> Loop<N> {
     pub(super) fn quiet_ms(&self) -> Millis {
         let grace = self.proto.settings().raw().grace_cap_ms;
@@ -32,8 +36,17 @@ impl<N: Network> Loop<N> {
     pub(super) async fn release_if_caught_up(&mut self) {
         let Some(until) = self.holding else { return };
         let p = self.proto.settings().raw().fragments;
-        let caught_up = (0..p).all(|i| self.proto.caught_up(i));
-        if !caught_up && self.now() < until {
+        let now = self.now();
+        // Caught up with what we heard, and near the round the clock says the swarm is in:
+        // a delta announcement heard before any state names an old base round, and must not
+        // release a joiner that holds nothing yet.
+        let near_clock = |i: usize| {
+            let state = self.proto.state(i).round;
+            state.saturating_add(MAX_ROUNDS_BEHIND_CLOCK)
+                >= self.proto.schedule().current_round(i, now)
+        };
+        let caught_up = (0..p).all(|i| self.proto.caught_up(i) && near_clock(i));
+        if !caught_up && now < until {
             return;
         }
         self.holding = None;

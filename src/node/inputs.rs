@@ -5,7 +5,7 @@ use atoll_net::NetEvent;
 use atoll_net::{BlobHash, RejectReason};
 
 use super::worker::FromWorker;
-use super::{proto_peer, status, wire, Loop, MAX_REPORTED, REANNOUNCE_DELAY_MS};
+use super::{proto_peer, status, wire, Loop, MAX_REPORTED, REANNOUNCE_LATE_MS, REANNOUNCE_SOON_MS};
 use crate::manifest::{Manifest, RunId};
 use crate::proto::{Event, Offence};
 
@@ -79,7 +79,9 @@ impl<N: super::Network> Loop<N> {
                 self.remember_peer(proto_peer(&p), p);
                 // A newcomer learns where the swarm is from state announcements; ours come
                 // once per period, so say it again (once its subscription has reached us).
-                self.reannounce_at.get_or_insert(self.now() + REANNOUNCE_DELAY_MS);
+                let now = self.now();
+                self.reannounce_at.get_or_insert(now + REANNOUNCE_SOON_MS);
+                self.reannounce_late.get_or_insert(now + REANNOUNCE_LATE_MS);
             }
             NetEvent::RunPeerLeft(_) => {}
             NetEvent::PeerPenalised { peer, reason } => {
