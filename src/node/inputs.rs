@@ -21,7 +21,8 @@ impl<N: super::Network> Loop<N> {
                 if self.status.join_ms.is_none() {
                     let ms = status::unix_ms().saturating_sub(self.started_unix_ms);
                     self.status.join_ms = Some(ms);
-                    self.status.join_rounds = self.status.round.clone();
+                    let p = self.proto.settings().raw().fragments;
+                    self.status.join_rounds = (0..p).map(|i| self.proto.state(i).round).collect();
                     tracing::info!(ms, "first inner step");
                 }
                 self.status.step = step;
