@@ -11,6 +11,7 @@
 //!   gossipsub with peer scoring, blob request-response, mDNS) and their settings.
 //! - [`transport`]: TCP+noise+yamux or QUIC, every substream byte counted.
 //! - [`announce`]: the versioned envelope of announcements and its checks.
+//! - [`heartbeat`]: the run's heartbeat topic (opaque bytes, bounded, rate-limited per author).
 //! - [`blob`]: content addressing, verified chunk lists, the store, the wire protocol
 //!   and multi-source fetching.
 //! - [`fault`]: fault injection for tests (a block list re-read from a file).
@@ -46,6 +47,7 @@ pub mod config;
 pub mod counters;
 pub mod error;
 pub mod fault;
+pub mod heartbeat;
 pub mod identity;
 pub mod iplimit;
 pub mod limiter;
@@ -57,7 +59,9 @@ pub mod transport;
 pub use blob::{BlobHash, ChunkList, CHUNK_SIZE};
 pub use client::{NetClient, NetEvent};
 pub use config::{NetConfig, DEFAULT_RUN_NAME};
-pub use counters::{ByteCount, LinkKind, NetStats, PeerLink, Reachability, RejectReason, RelayStats};
+pub use counters::{
+    ByteCount, LinkKind, NetStats, PeerLink, Reachability, RejectReason, RelayStats,
+};
 pub use error::{AnnounceError, FetchError, IdentityError, NetError, StoreError};
 pub use libp2p::identity::Keypair;
 pub use libp2p::{Multiaddr, PeerId};

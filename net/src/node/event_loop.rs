@@ -52,7 +52,7 @@ pub(crate) struct EventLoop {
     pub(super) run_name: String,
     run_key: RecordKey,
     pub(super) topic: gossipsub::IdentTopic,
-    bootstrap: Vec<Multiaddr>,
+    pub(super) bootstrap: Vec<Multiaddr>,
     discovery_interval: Duration,
     pub(super) started: Instant,
     /// Replies owed to clients for outbound blob requests.
@@ -83,6 +83,8 @@ pub(crate) struct EventLoop {
     pub(super) members: gossipsub::IdentTopic,
     /// When our next member record is due (`None`: at the next tick).
     pub(super) record_due: Option<Instant>,
+    /// The run's heartbeat topic (see `heartbeats`).
+    pub(super) heartbeats: gossipsub::IdentTopic,
 }
 
 impl EventLoop {
@@ -128,6 +130,7 @@ impl EventLoop {
             on_loopback: cfg.listen.iter().any(super::addr_is_loopback),
             members: super::members::members_topic(&cfg.run_name),
             record_due: None,
+            heartbeats: super::heartbeats::topic(&cfg.run_name),
         };
         event_loop.apply_loaded_bans();
         event_loop
@@ -220,6 +223,9 @@ impl EventLoop {
             }
             Command::RunPeers { reply } => {
                 let _ = reply.send(self.run_peers());
+            }
+            Command::Heartbeat { payload, reply } => {
+                let _ = reply.send(self.publish_heartbeat(payload));
             }
         }
     }

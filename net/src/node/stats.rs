@@ -57,6 +57,8 @@ impl EventLoop {
             reachability: Default::default(),
             links: Vec::new(),
             relay: Default::default(),
+            bootstrap: self.bootstrap.iter().map(|a| a.to_string()).collect(),
+            max_upload_bytes_per_sec: self.uploads.cap(),
         }
     }
 
