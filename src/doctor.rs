@@ -168,11 +168,11 @@ fn no_reachable_peer(s: &StatusFile, swarm: Option<&SwarmView>) -> Option<Findin
     let boot =
         if st.bootstrap.is_empty() { "none given".to_owned() } else { st.bootstrap.join(", ") };
     let saw = format!(
-        "no peer of run {:?} connected for {}; {} peers connected in all, {} in the routing \
+        "no peer of run {:?} connected for {}; {} connected in all, {} in the routing \
          table; bootstrap addresses: {boot}",
         st.run_name,
         secs(alone_ms),
-        st.connected,
+        count(st.connected, "peer"),
         st.routing_table_size
     );
     let mut fix = if st.bootstrap.is_empty() {
@@ -188,9 +188,9 @@ fn no_reachable_peer(s: &StatusFile, swarm: Option<&SwarmView>) -> Option<Findin
     };
     if st.connected > 0 {
         fix += &format!(
-            "; it is connected to {} peers of other runs: check that every peer uses the \
-             same run name",
-            st.connected
+            "; it is connected to {} of other runs: check that every peer uses the same \
+             run name",
+            count(st.connected, "peer")
         );
     }
     Some(finding(Check::NoReachablePeer, Severity::Problem, saw, fix))
@@ -203,8 +203,8 @@ fn nat_without_relay(s: &StatusFile) -> Option<Finding> {
     }
     let saw = format!(
         "AutoNAT found this peer not reachable from outside (private) and it holds no relay \
-         reservation; {} run peers connected",
-        st.run_peers.len()
+         reservation; {} connected",
+        count(st.run_peers.len(), "run peer")
     );
     let fix = "peers behind other NATs cannot reach it: bootstrap from a publicly reachable \
                `atoll run --no-train` peer (it relays by default), or forward a port to this \
@@ -238,16 +238,16 @@ fn islands(swarm: Option<&SwarmView>) -> Option<Finding> {
     let mut saw = Vec::new();
     if !heard_only.is_empty() {
         saw.push(format!(
-            "{} peers heard by heartbeat for over {} are not connected ({})",
-            heard_only.len(),
+            "{} heard by heartbeat for over {}, not connected ({})",
+            count(heard_only.len(), "peer"),
             secs(ISLAND_AFTER_MS),
             names(&heard_only)
         ));
     }
     if !silent.is_empty() {
         saw.push(format!(
-            "{} run peers connected for over {} sent no heartbeat in {} ({})",
-            silent.len(),
+            "{} connected for over {}, no heartbeat in {} ({})",
+            count(silent.len(), "run peer"),
             secs(ISLAND_AFTER_MS),
             secs(FRESH_MS),
             names(&silent)
@@ -287,21 +287,21 @@ fn lagging(t: &TrainingStatus, peers: &[&PeerEntry]) -> Option<Finding> {
     }
     let worst = lags.iter().max_by_key(|(_, own, newest)| newest - own)?;
     let saw = format!(
-        "{} of {} fragments are more than one round behind the swarm's newest (reported by \
-         {} peers); worst: fragment {} at round {}, the swarm at {}",
+        "{} of {} more than one round behind the swarm's newest (reported by {}); worst: \
+         fragment {} at round {}, the swarm at {}",
         lags.len(),
-        t.round.len(),
-        peers.len(),
+        count(t.round.len(), "fragment"),
+        count(peers.len(), "peer"),
         worst.0,
         worst.1,
         worst.2
     );
     let fix = format!(
         "this peer merges later than the swarm; it catches up by adopting the swarm's state \
-         ({} adoptions so far). If the lag stays, its downloads are too slow or the others' \
+         ({} so far). If the lag stays, its downloads are too slow or the others' \
          deltas do not reach it: check `rejects` in `atoll status`, its download bandwidth, \
          and the islands check",
-        t.adopted
+        count(t.adopted, "adoption")
     );
     Some(finding(Check::LaggingRounds, Severity::Problem, saw, fix))
 }
@@ -325,9 +325,10 @@ fn clock(t: &TrainingStatus, peers: &[&PeerEntry]) -> Option<Finding> {
         return None;
     };
     let saw = format!(
-        "the swarm's clocks are {} {way} this peer's (median of {n} peers, gossip delay \
+        "the swarm's clocks are {} {way} this peer's (median of {}, gossip delay \
          included; range {} to {}) — more than the grace window of {} ms",
         secs(median.unsigned_abs()),
+        count(n, "peer"),
         signed_ms(offsets[0]),
         signed_ms(offsets[n - 1]),
         t.grace_ms
@@ -373,12 +374,12 @@ fn manifest_mismatch(t: Option<&TrainingStatus>, swarm: Option<&SwarmView>) -> O
         .collect();
     let mut saw = Vec::new();
     if foreign > 0 {
-        saw.push(format!("{foreign} messages refused as another manifest's"));
+        saw.push(format!("{} refused as another manifest's", count(foreign, "message")));
     }
     if !others.is_empty() {
         saw.push(format!(
-            "{} training peers send heartbeats of another manifest: {}",
-            others.len(),
+            "heartbeats of another manifest from {}: {}",
+            count(others.len(), "training peer"),
             listed.join(", ")
         ));
     }
@@ -410,11 +411,12 @@ fn upload_cap(s: &StatusFile, t: &TrainingStatus, peers: Option<&[&PeerEntry]>) 
     }
     let saw = format!(
         "upload cap {}/s ({:.3} Mbit/s); per period of {} ms this peer's deltas ({}) go to \
-         {fetchers} fetchers: {} per period, {}/s — {:.1}× the cap",
+         {}: {} per period, {}/s — {:.1}× the cap",
         human_bytes(cap),
         cap as f64 * 8.0 / 1e6,
         t.period_ms,
         human_bytes(t.delta_bytes_per_period),
+        count(fetchers, "fetcher"),
         human_bytes(per_period),
         human_bytes(need as u64),
         need / cap.max(1) as f64
@@ -455,6 +457,12 @@ pub fn human_bytes(n: u64) -> String {
     } else {
         format!("{v:.1} {}", UNITS[u])
     }
+}
+
+/// `1 peer`, `2 peers`.
+pub fn count(n: impl TryInto<u64>, word: &str) -> String {
+    let n: u64 = n.try_into().unwrap_or(u64::MAX);
+    format!("{n} {word}{}", if n == 1 { "" } else { "s" })
 }
 
 fn secs(ms: u64) -> String {

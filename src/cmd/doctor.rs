@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use atoll::doctor::{self, Finding, Severity};
+use atoll::doctor::{self, count, Finding, Severity};
 use atoll::heartbeat::short_peer;
 use atoll::node::status::StatusFile;
 
@@ -57,10 +57,10 @@ pub fn main(args: Args) -> ExitCode {
 
 fn human(s: &StatusFile, heard: usize, findings: &[Finding]) -> String {
     let mut out = format!(
-        "atoll doctor: peer {} of run {:?}: {} run peers connected, {heard} heard by heartbeat\n",
+        "atoll doctor: peer {} of run {:?}: {} connected, {heard} heard by heartbeat\n",
         short_peer(&s.stats.peer_id),
         s.stats.run_name,
-        s.stats.run_peers.len()
+        count(s.stats.run_peers.len(), "run peer")
     );
     for f in findings {
         let label = match f.severity {
@@ -77,8 +77,8 @@ fn human(s: &StatusFile, heard: usize, findings: &[Finding]) -> String {
         (0, 0) => "\nhealthy: no problem found (checked: reachable peers, NAT and relay, islands, \
                    rounds, clock, manifest, upload cap)\n"
             .to_owned(),
-        (0, w) => format!("\nno problem found; {w} warning(s)\n"),
-        (p, w) => format!("\n{p} problem(s), {w} warning(s)\n"),
+        (0, w) => format!("\nno problem found; {}\n", count(w, "warning")),
+        (p, w) => format!("\n{}, {}\n", count(p, "problem"), count(w, "warning")),
     };
     out
 }

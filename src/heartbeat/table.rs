@@ -39,7 +39,7 @@ pub struct SwarmTable {
     connected: BTreeMap<PeerId, u64>,
     /// Since when no run peer is connected (`None` while one is).
     alone_since: Option<u64>,
-    /// Our own latest heartbeat.
+    /// Our own row, as of the latest tick.
     own: Option<Heartbeat>,
     /// Entries pushed out by newcomers when the table was full.
     evicted: u64,
@@ -55,8 +55,8 @@ pub struct PeerEntry {
     pub received_unix_ms: u64,
     /// When we first heard it (since it last expired).
     pub first_heard_unix_ms: u64,
-    /// Its clock minus ours when its latest heartbeat arrived (the gossip delay included):
-    /// positive when its clock is ahead.
+    /// Its clock minus ours when its latest heartbeat arrived: positive when its clock is
+    /// ahead; the gossip delay makes it read low by that delay.
     pub clock_offset_ms: i64,
     #[serde(flatten)]
     pub heartbeat: Heartbeat,
@@ -76,7 +76,7 @@ pub struct SwarmView {
     pub updated_unix_ms: u64,
     /// This peer.
     pub peer_id: String,
-    /// This peer's latest heartbeat.
+    /// This peer's own row, as of the write (its heartbeats say the same every 5 s).
     pub own: Option<Heartbeat>,
     /// The peers heard in the last [`EXPIRE_MS`], sorted by peer id.
     pub peers: Vec<PeerEntry>,
@@ -126,7 +126,7 @@ impl SwarmTable {
         *self.refused.entry(reason).or_default() += 1;
     }
 
-    /// Our own latest heartbeat.
+    /// Our own row.
     pub fn set_own(&mut self, heartbeat: Heartbeat) {
         self.own = Some(heartbeat);
     }

@@ -75,9 +75,7 @@ impl Beacon {
             return None;
         }
         let hb = own_heartbeat(stats, training, now.saturating_add_signed(self.skew_ms));
-        let bytes = heartbeat::encode(&hb);
-        self.table.set_own(hb);
-        Some(bytes)
+        Some(heartbeat::encode(&hb))
     }
 
     /// The heartbeat [`Beacon::due`] returned was published (`ok`) or reached nobody.
@@ -114,9 +112,16 @@ impl Beacon {
         }
     }
 
-    /// Updates the connected peers and expiries; returns `swarm.json`'s content when it is
-    /// due for writing.
-    pub fn tick(&mut self, me: &PeerId, stats: &NetStats, now: u64) -> Option<SwarmView> {
+    /// Updates our own row (shown as of now, not as of our last heartbeat), the connected
+    /// peers and expiries; returns `swarm.json`'s content when it is due for writing.
+    pub fn tick(
+        &mut self,
+        me: &PeerId,
+        stats: &NetStats,
+        training: Option<&TrainingStatus>,
+        now: u64,
+    ) -> Option<SwarmView> {
+        self.table.set_own(own_heartbeat(stats, training, now.saturating_add_signed(self.skew_ms)));
         let run_peers: Vec<PeerId> =
             stats.run_peers.iter().filter_map(|p| p.parse().ok()).collect();
         self.table.connected(&run_peers, now);
@@ -142,7 +147,8 @@ impl<N: super::Network> super::Loop<N> {
             let ok = self.net.publish_heartbeat(bytes).await.is_ok();
             self.beacon.sent(ok, now);
         }
-        if let Some(view) = self.beacon.tick(&self.net.peer_id(), stats, now) {
+        let me = self.net.peer_id();
+        if let Some(view) = self.beacon.tick(&me, stats, Some(&self.status), now) {
             self.disk.write_swarm(view);
         }
     }
@@ -227,8 +233,8 @@ mod tests {
         newer[4] += 1;
         assert_eq!(b.heard(other, &newer, 600), None, "a newer wire version is no offence");
         let stats = NetStats { run_peers: vec![other.to_string()], ..Default::default() };
-        let view = b.tick(&me, &stats, 700).unwrap();
-        assert!(b.tick(&me, &stats, 800).is_none(), "written at most once per second");
+        let view = b.tick(&me, &stats, Some(&training), 700).unwrap();
+        assert!(b.tick(&me, &stats, None, 800).is_none(), "written at most once per second");
         let path = dir.path().join(FILE_NAME);
         write(&path, &view).unwrap();
         let back = read(&path).unwrap();
@@ -238,5 +244,6 @@ mod tests {
         assert_eq!(back.connected[0].peer, other.to_string());
         assert_eq!(back.refused.get("malformed"), Some(&1));
         assert_eq!(back.refused.get("version"), Some(&1));
+        assert_eq!(back.own.unwrap().step, 7, "our own row is as of the tick");
     }
 }

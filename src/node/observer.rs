@@ -42,7 +42,7 @@ pub async fn serve_without_training<N: Network>(
                     let ok = net.publish_heartbeat(bytes).await.is_ok();
                     beacon.sent(ok, now);
                 }
-                if let Some(view) = beacon.tick(&me, &stats, now) {
+                if let Some(view) = beacon.tick(&me, &stats, None, now) {
                     disk.write_swarm(view);
                 }
                 disk.write_net_status(true, stats);
