@@ -1,6 +1,6 @@
 //! Heartbeats between real peers on 127.0.0.1: `atoll status --swarm` on one peer lists the
-//! whole run with live numbers, and `atoll doctor` finds a clock that disagrees with the
-//! swarm's. Peer 2's clock is shifted 5 s ahead for its heartbeats only (test hook
+//! whole run with live numbers, a `--no-train` peer sees every trainer too, and `atoll
+//! doctor` finds a clock that disagrees with the swarm's. Peer 2's clock is shifted 5 s ahead for its heartbeats only (test hook
 //! `ATOLL_TEST_HEARTBEAT_SKEW_MS`; the rounds keep the real clock): peer 2 sees the swarm
 //! 5 s behind it and says so, while peers 0 and 1 see one odd peer among two and do not
 //! blame their own clocks.
@@ -38,31 +38,44 @@ fn status_swarm_lists_every_peer_and_doctor_finds_a_skewed_clock() {
     let addr = peers[0].listen_addr(DEADLINE);
     peers.push(Peer::start("peer 1", spec(1).bootstrap(Some(addr.clone()))));
     let skew = format!("{SKEW_ENV}=5000");
-    let skewed = spec(2).bootstrap(Some(addr)).wrapper(&["env", &skew]);
+    let skewed = spec(2).bootstrap(Some(addr.clone())).wrapper(&["env", &skew]);
     peers.push(Peer::start("peer 2", skewed));
+    let relay = Spec::serve(tmp.path().join("relay"), "swarm-view");
+    let relay_dir = relay.dir.display().to_string();
+    peers.push(Peer::start("relay", relay.bootstrap(Some(addr))));
 
-    // Every peer hears the two others train.
-    wait_for("every peer to hear the others train", DEADLINE, &mut peers, |p| {
-        p.iter().all(|peer| {
-            swarm_view(&peer.spec.dir)
-                .is_some_and(|v| v.peers.len() == 2 && v.peers.iter().all(|e| e.heartbeat.step > 0))
+    // Every peer hears the three others, and every trainer's steps.
+    let trainers_heard = |dir: &std::path::Path, want: usize| {
+        swarm_view(dir).is_some_and(|v| {
+            let trainers: Vec<_> = v.peers.iter().filter(|e| e.heartbeat.trains).collect();
+            v.peers.len() == 3
+                && trainers.len() == want
+                && trainers.iter().all(|e| e.heartbeat.step > 0)
         })
+    };
+    wait_for("every peer to hear the others", DEADLINE, &mut peers, |p| {
+        p[..3].iter().all(|peer| trainers_heard(&peer.spec.dir, 2))
+            && trainers_heard(&p[3].spec.dir, 3)
     });
     let dirs: Vec<String> = peers.iter().map(|p| p.spec.dir.display().to_string()).collect();
     let ids: Vec<String> = peers.iter().map(|p| p.peer_id().unwrap()).collect();
+    let dirs = &dirs[..3];
 
-    let (code, out) = atoll(&["status", "--swarm", "--run-dir", &dirs[0]]);
-    assert_eq!(code, 0, "{out}");
-    for id in &ids {
-        assert!(out.contains(&short_peer(id)), "status --swarm misses {id}:\n{out}");
+    for dir in [&dirs[0], &relay_dir] {
+        let (code, out) = atoll(&["status", "--swarm", "--run-dir", dir]);
+        assert_eq!(code, 0, "{out}");
+        for id in &ids {
+            assert!(out.contains(&short_peer(id)), "status --swarm misses {id}:\n{out}");
+        }
+        assert!(out.starts_with("4 peers known to") && out.contains("no-train"), "{out}");
     }
-    assert!(out.starts_with("3 peers known to"), "{out}");
     let (code, json) = atoll(&["status", "--swarm", "--json", "--run-dir", &dirs[0]]);
     assert_eq!(code, 0);
     let view: atoll::heartbeat::table::SwarmView = serde_json::from_str(&json).unwrap();
     let own = view.own.as_ref().expect("no own heartbeat");
     assert!(own.trains && own.step > 0 && own.version == env!("CARGO_PKG_VERSION"));
-    assert!(view.peers.iter().all(|p| p.heartbeat.step > 0 && p.heartbeat.trains));
+    let relay_row = view.peers.iter().find(|p| p.peer == ids[3]).unwrap();
+    assert!(!relay_row.heartbeat.trains && relay_row.heartbeat.manifest.is_none());
     let skewed = view.peers.iter().find(|p| p.peer == ids[2]).unwrap();
     assert!((4_000..6_000).contains(&skewed.clock_offset_ms), "{skewed:?}");
     let honest = view.peers.iter().find(|p| p.peer == ids[1]).unwrap();
