@@ -22,6 +22,8 @@ fn sample() -> Heartbeat {
 fn round_trip() {
     let hb = sample();
     assert_eq!(decode(&encode(&hb)).unwrap(), hb);
+    // The default run (4 fragments) sends 88 bytes (before gossipsub's signed envelope).
+    assert_eq!(encode(&hb).len(), 88);
     let relay = Heartbeat {
         trains: false,
         manifest: None,
@@ -166,9 +168,11 @@ proptest! {
             bytes[i] = v;
         }
         if let Ok(back) = decode(&bytes) {
-            // Whatever decodes is within the bounds.
+            // Whatever decodes is within the bounds, and the encoding is canonical: it
+            // re-encodes to the very bytes it came from.
             prop_assert!(back.rounds.len() <= MAX_ROUNDS && back.version.len() <= MAX_VERSION_LEN);
             prop_assert!(back.tokens_per_s.is_finite() && back.sent_unix_ms <= MAX_UNIX_MS);
+            prop_assert_eq!(encode(&back), bytes);
         }
     }
 }
