@@ -18,9 +18,10 @@
 //! - **lagging rounds**: a fragment's round more than one behind the swarm's newest (the
 //!   second-highest report when two or more peers report, so one liar cannot fake a lag);
 //!   heartbeats are up to 5 s old, which makes the swarm look *behind*, never ahead;
-//! - **clock**: the swarm's clocks differ from ours by more than the grace window — a
-//!   majority of heard peers beyond it in the same direction (robust to one liar from three
-//!   peers on); offsets include the gossip delay;
+//! - **clock** (training peers: the grace window is the manifest's): the swarm's clocks
+//!   differ from ours by more than the grace window — a majority of heard peers beyond it
+//!   in the same direction (robust to one liar from three peers on); offsets include the
+//!   gossip delay;
 //! - **manifest mismatch**: messages refused as another manifest's, or trainers whose
 //!   heartbeats name another manifest;
 //! - **upload cap**: `--max-upload-mbps` below what one period's deltas need: their bytes

@@ -99,3 +99,43 @@ fn another_manifest_and_a_cap_far_too_low_are_found() {
     assert!(checks.iter().any(|c| c == "manifest_mismatch"), "{out}");
     assert!(!checks.iter().any(|c| c == "upload_cap"), "the fetcher has no cap:\n{out}");
 }
+
+/// Islands, for real: relay A refuses relay C (fault injection) while B connects both, so
+/// A hears C's heartbeats through B but never connects to it. After
+/// [`atoll::doctor::ISLAND_AFTER_MS`] A's doctor warns (exit 0: a warning, not a problem).
+#[test]
+fn a_peer_heard_through_others_but_never_connected_is_an_island_warning() {
+    let _serial = common::serial();
+    let tmp = common::test_dir("doctor-islands-");
+    let serve = |name: &str| Spec::serve(tmp.path().join(name), "doctor-islands");
+    let mut peers = vec![Peer::start("a", serve("a").arg("--fault-injection"))];
+    let addr_a = peers[0].listen_addr(DEADLINE);
+    peers.push(Peer::start("b", serve("b").bootstrap(Some(addr_a))));
+    let addr_b = peers[1].listen_addr(DEADLINE);
+    peers.push(Peer::start("c", serve("c").bootstrap(Some(addr_b))));
+    wait_for("c's peer id", DEADLINE, &mut peers, |p| p[2].peer_id().is_some());
+    let c = peers[2].peer_id().unwrap();
+    let blocked = peers[0].spec.dir.join(atoll_net::fault::FILE_NAME);
+    std::fs::write(&blocked, format!("{c}\n")).unwrap();
+
+    // A hears C (through B) and is not connected to it, for ISLAND_AFTER_MS.
+    let within = DEADLINE + Duration::from_millis(atoll::doctor::ISLAND_AFTER_MS);
+    wait_for("a to hear c through b for a while", within, &mut peers, |p| {
+        swarm_view(&p[0].spec.dir).is_some_and(|v| {
+            let at = v.updated_unix_ms;
+            let heard = v.peers.iter().find(|e| e.peer == c);
+            let connected = v.connected.iter().any(|e| e.peer == c);
+            heard.is_some_and(|e| {
+                at.saturating_sub(e.received_unix_ms) <= atoll::doctor::FRESH_MS
+                    && at.saturating_sub(e.first_heard_unix_ms) >= atoll::doctor::ISLAND_AFTER_MS
+            }) && !connected
+        })
+    });
+    let (code, checks, out) = doctor(&peers[0]);
+    assert_eq!(code, 0, "islands are a warning:\n{out}");
+    assert_eq!(checks, vec!["islands"], "{out}");
+    assert!(out.contains(&atoll::heartbeat::short_peer(&c)), "{out}");
+    // B sees no island: it is connected to both.
+    let (code, checks, out) = doctor(&peers[1]);
+    assert_eq!((code, checks.len()), (0, 0), "{out}");
+}
