@@ -65,7 +65,7 @@ impl Beacon {
 
     /// Our heartbeat, if one is due at `now`.
     pub fn due(
-        &mut self,
+        &self,
         stats: &NetStats,
         training: Option<&TrainingStatus>,
         now: u64,
