@@ -3,10 +3,12 @@
 pub mod baseline;
 pub mod chaos;
 pub mod demo;
+pub mod doctor;
 pub mod run;
 pub mod sample;
 pub mod status;
 pub mod swarm;
+pub mod swarm_table;
 pub mod train;
 
 /// Logs go to stderr; `RUST_LOG` overrides the default level (`info`).

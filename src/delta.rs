@@ -284,6 +284,12 @@ fn compress(raw: &[u8], level: i32) -> Result<Option<Vec<u8>>, EncodeError> {
     Ok((c.len() < raw.len()).then_some(c))
 }
 
+/// Largest payload `encode` writes for a delta of `numel` values under `opts` (header
+/// included; zstd is kept only when it shrinks the body, so this bounds it).
+pub fn max_encoded_len(numel: usize, opts: &EncodeOptions) -> Option<usize> {
+    expected_raw_len(opts.codec, numel, opts.block)?.checked_add(HEADER_LEN)
+}
+
 /// Raw body length the header must declare for `codec`, `numel` and `block`.
 fn expected_raw_len(codec: Codec, numel: usize, block: usize) -> Option<usize> {
     match codec {

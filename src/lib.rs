@@ -16,6 +16,9 @@
 //! - [`node`]: a training peer: trainer thread + protocol core + `atoll-net`.
 //! - [`sample`]: text generation from a trained model.
 //! - [`chaos`]: the chaos harness's seeded fault schedule and its goodput/uptime figures.
+//! - [`heartbeat`]: the heartbeat every peer gossips (codec) and the table of the run's
+//!   peers built from them (`swarm.json`, `atoll status --swarm`).
+//! - [`doctor`]: self-diagnosis from `status.json` and `swarm.json` (`atoll doctor`).
 
 pub mod backend;
 pub mod baseline;
@@ -24,8 +27,10 @@ pub mod checkpoint;
 pub mod collective;
 pub mod data;
 pub mod delta;
+pub mod doctor;
 pub mod fleet;
 pub mod fragment;
+pub mod heartbeat;
 pub mod manifest;
 pub mod metrics;
 pub mod model;

@@ -25,8 +25,11 @@ enum Command {
     /// Run a local swarm under a seeded schedule of kills, restarts and pauses, and
     /// report goodput, uptime and loss against a failure-free run.
     Chaos(cmd::chaos::Args),
-    /// Print the status of a running (or stopped) peer.
+    /// Print the status of a running (or stopped) peer (--swarm: every peer of its run).
     Status(cmd::status::Args),
+    /// Diagnose a peer from its run dir: what is wrong and what to do. Exits 1 when a
+    /// problem was found, 2 when the run dir cannot be read.
+    Doctor(cmd::doctor::Args),
     /// Synchronous DiLoCo in one process, on the demo's manifest, shards and seed: the
     /// quality reference of a swarm at equal tokens.
     Baseline(cmd::baseline::Args),
@@ -42,6 +45,7 @@ fn main() -> std::process::ExitCode {
         Command::Demo(args) => cmd::demo::main(args),
         Command::Chaos(args) => cmd::chaos::main(args),
         Command::Status(args) => cmd::status::main(args),
+        Command::Doctor(args) => return cmd::doctor::main(args),
         Command::Baseline(args) => cmd::baseline::main(args),
     };
     match result {

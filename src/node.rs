@@ -20,10 +20,12 @@ mod effects;
 mod error;
 mod fetches;
 mod finish;
+pub mod heartbeats;
 mod inputs;
 pub mod ledger;
 pub mod memnet;
 pub mod network;
+mod observer;
 mod setup;
 pub mod status;
 pub mod wire;
@@ -31,6 +33,7 @@ pub mod worker;
 
 pub use error::NodeError;
 pub use network::Network;
+pub use observer::serve_without_training;
 pub use setup::{initial_anchors, proto_peer};
 use setup::{open, Opened};
 
@@ -178,6 +181,14 @@ async fn serve<N: Network>(
         .map_err(NodeError::Thread)?;
 
     let proto_id = ledger::peer_hex(proto_peer(&net.peer_id()));
+    let raw = proto.settings().raw();
+    let delta_bytes_per_period = plan
+        .fragments
+        .iter()
+        .filter_map(|f| crate::delta::max_encoded_len(f.numel(), &raw.encode))
+        .map(|n| n as u64)
+        .sum();
+    let grace_ms = raw.grace_cap_ms;
     let mut lp = Loop {
         epoch: opts.manifest.epoch_unix_ms,
         run_id: opts.manifest.run_id(),
@@ -201,8 +212,12 @@ async fn serve<N: Network>(
             tokens_at_start: resumed_tokens,
             proto_id,
             param_count: plan.numel(),
+            period_ms: period,
+            grace_ms,
+            delta_bytes_per_period,
             ..TrainingStatus::default()
         },
+        beacon: heartbeats::Beacon::new(status::unix_ms()),
         last_change: 0,
         finishing: false,
         started_unix_ms,
@@ -220,8 +235,9 @@ async fn serve<N: Network>(
     lp.to_worker = mpsc::channel(1).0;
     let _ = worker.join();
     lp.settle().await;
-    let Loop { net, disk, status, .. } = lp;
+    let Loop { net, disk, status, beacon, .. } = lp;
     if let Ok(stats) = net.stats().await {
+        disk.write_swarm(beacon.view(&net.peer_id(), status::unix_ms()));
         disk.write_status(false, stats, status);
     }
     disk.finish();
@@ -262,6 +278,8 @@ struct Loop<N> {
     reannounce_late: Option<Millis>,
     /// The run's allow list (`None`: an open run).
     allow: Option<HashSet<atoll_net::PeerId>>,
+    /// Our heartbeats and the table of the run's peers from theirs.
+    beacon: heartbeats::Beacon,
 }
 
 impl<N: Network> Loop<N> {
@@ -339,6 +357,7 @@ impl<N: Network> Loop<N> {
                     self.refresh_status();
                     self.reap();
                     if let Ok(stats) = self.net.stats().await {
+                        self.beat(&stats).await;
                         self.disk.write_status(true, stats, self.status.clone());
                     }
                     if self.status.trained && !self.finishing

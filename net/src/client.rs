@@ -42,6 +42,10 @@ pub enum NetEvent {
     /// or beyond its fair share of our uploads): `refused` requests in the current window.
     /// Sent once per peer per window; the program may penalise it.
     UploadAbuse { peer: PeerId, refused: u64 },
+    /// A heartbeat of a run peer (opaque bytes, at most
+    /// [`crate::heartbeat::MAX_HEARTBEAT_BYTES`]), signed by `author` and within its rate.
+    /// What it says is the author's claim.
+    Heartbeat { author: PeerId, payload: Bytes },
 }
 
 pub(crate) enum Command {
@@ -74,6 +78,10 @@ pub(crate) enum Command {
     },
     Banned {
         reply: oneshot::Sender<Vec<PeerId>>,
+    },
+    Heartbeat {
+        payload: Vec<u8>,
+        reply: oneshot::Sender<Result<(), NetError>>,
     },
 }
 
@@ -113,6 +121,14 @@ impl NetClient {
     /// [`crate::announce::MAX_ANNOUNCE_BYTES`] with the envelope).
     pub async fn publish(&self, payload: Vec<u8>) -> Result<(), NetError> {
         self.ask(|reply| Command::Publish { payload, reply }).await?
+    }
+
+    /// Publishes a heartbeat (at most [`crate::heartbeat::MAX_HEARTBEAT_BYTES`]) on the
+    /// run's heartbeat topic. Peers drop an author's heartbeats beyond
+    /// [`crate::heartbeat::HEARTBEAT_RATE`]: send one every few seconds, never more often
+    /// than [`crate::heartbeat::MIN_HEARTBEAT_GAP`]. Fails while no peer listens.
+    pub async fn publish_heartbeat(&self, payload: Vec<u8>) -> Result<(), NetError> {
+        self.ask(|reply| Command::Heartbeat { payload, reply }).await?
     }
 
     /// Dials an address (e.g. a bootstrap peer learnt later).

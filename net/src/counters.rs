@@ -93,6 +93,8 @@ pub enum RejectReason {
     OverShare,
     /// A peer not on the run's allow list (disconnected).
     NotAllowed,
+    /// A heartbeat over its author's rate limit (dropped; the author gets a strike).
+    HeartbeatRate,
 }
 
 impl RejectReason {
@@ -114,6 +116,7 @@ impl RejectReason {
             RejectReason::RepeatRequest => "repeat_request",
             RejectReason::OverShare => "over_share",
             RejectReason::NotAllowed => "not_allowed",
+            RejectReason::HeartbeatRate => "heartbeat_rate",
         }
     }
 
@@ -191,6 +194,13 @@ pub struct NetStats {
     /// The relay side: reservations held on other peers, and what this node relays.
     #[serde(default)]
     pub relay: RelayStats,
+    // Configuration the diagnosis needs (`atoll doctor`)
+    /// Bootstrap addresses this node was started with.
+    #[serde(default)]
+    pub bootstrap: Vec<String>,
+    /// The upload cap on blob payloads in bytes per second (`None`: no cap).
+    #[serde(default)]
+    pub max_upload_bytes_per_sec: Option<u64>,
 }
 
 /// Whether other peers can dial this node (AutoNAT).

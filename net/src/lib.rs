@@ -11,6 +11,7 @@
 //!   gossipsub with peer scoring, blob request-response, mDNS) and their settings.
 //! - [`transport`]: TCP+noise+yamux or QUIC, every substream byte counted.
 //! - [`announce`]: the versioned envelope of announcements and its checks.
+//! - [`heartbeat`]: the run's heartbeat topic (opaque bytes, bounded, rate-limited per author).
 //! - [`blob`]: content addressing, verified chunk lists, the store, the wire protocol
 //!   and multi-source fetching.
 //! - [`fault`]: fault injection for tests (a block list re-read from a file).
@@ -47,6 +48,7 @@ pub mod config;
 pub mod counters;
 pub mod error;
 pub mod fault;
+pub mod heartbeat;
 pub mod identity;
 pub mod iplimit;
 pub mod limiter;

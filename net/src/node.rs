@@ -3,6 +3,7 @@
 
 mod dials;
 mod event_loop;
+mod heartbeats;
 mod hygiene;
 mod members;
 mod nat;
@@ -87,6 +88,11 @@ impl Node {
             .behaviour_mut()
             .gossipsub
             .subscribe(&members::members_topic(&cfg.run_name))
+            .map_err(|e| NetError::Config(format!("gossipsub subscribe: {e}")))?;
+        swarm
+            .behaviour_mut()
+            .gossipsub
+            .subscribe(&heartbeats::topic(&cfg.run_name))
             .map_err(|e| NetError::Config(format!("gossipsub subscribe: {e}")))?;
         for addr in &cfg.bootstrap {
             dial_bootstrap(&mut swarm, addr);

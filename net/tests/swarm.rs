@@ -11,6 +11,8 @@ mod discovery;
 mod eclipse;
 #[path = "swarm/fair_share.rs"]
 mod fair_share;
+#[path = "swarm/heartbeats.rs"]
+mod heartbeats;
 #[path = "swarm/hedged.rs"]
 mod hedged;
 #[path = "swarm/hostile.rs"]

@@ -4,23 +4,21 @@
 //! [`atoll::node`]); `--no-train` starts a bootstrap/relay peer that serves the DHT, gossip
 //! and blobs without training.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use atoll::backend::Backend;
 use atoll::data::Shard;
 use atoll::manifest::{self, Manifest};
-use atoll::node::{self, status, NodeOptions};
+use atoll::node::{self, NodeOptions};
 use atoll::train::TrainConfig;
 use atoll_net::limiter::mbps_to_bytes_per_sec;
-use atoll_net::{identity, Multiaddr, NetConfig, NetEvent, NetStats, Node, DEFAULT_RUN_NAME};
+use atoll_net::{identity, Multiaddr, NetConfig, NetEvent, Node, DEFAULT_RUN_NAME};
 
 /// Shards of the data when `--shard` is not given: a peer takes the one its peer id hashes
 /// to, so restarts keep their shard.
 const DEFAULT_SHARDS: u32 = 16;
-/// How often the status file of a `--no-train` peer is rewritten.
-const STATUS_PERIOD: Duration = Duration::from_millis(500);
 
 /// Arguments of `atoll run`.
 #[derive(Debug, clap::Args)]
@@ -317,40 +315,29 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     for a in &node.listen_addrs {
         println!("listening {a}");
     }
-    let status_path = args.run_dir.join(status::FILE_NAME);
-    let mut tick = tokio::time::interval(STATUS_PERIOD);
-    let stop = shutdown_signal();
-    tokio::pin!(stop);
-    loop {
-        tokio::select! {
-            biased;
-            _ = &mut stop => break,
-            _ = tick.tick() => {
-                let stats = node.client.stats().await?;
-                write_status(&status_path, true, stats)?;
-            }
-            Some(event) = node.events.recv() => log_event(&event),
-        }
-    }
+    // Heartbeats, the swarm table, status.json and swarm.json, as a training peer has.
+    let served = node::serve_without_training(
+        node.client.clone(),
+        &mut node.events,
+        args.run_dir.clone(),
+        shutdown_signal(),
+        log_event,
+    )
+    .await;
     tracing::info!("stopping");
-    let last = node.client.stats().await?;
     node.handle.shutdown().await?;
-    write_status(&status_path, false, last)?;
+    served?;
     Ok(())
 }
 
 fn log_event(event: &NetEvent) {
     match event {
         NetEvent::RunPeerJoined(p) => tracing::debug!(peer = %p, "run peer joined"),
+        NetEvent::Heartbeat { author, .. } => tracing::trace!(peer = %author, "heartbeat"),
         NetEvent::RunPeerLeft(p) => tracing::debug!(peer = %p, "run peer left"),
         NetEvent::Announcement { from, payload, .. } => {
             tracing::debug!(from = %from, bytes = payload.len(), "announcement")
         }
         other => tracing::info!(event = ?other, "network event"),
     }
-}
-
-fn write_status(path: &Path, running: bool, stats: NetStats) -> anyhow::Result<()> {
-    status::write(path, running, stats, None)
-        .with_context(|| format!("cannot write {}", path.display()))
 }

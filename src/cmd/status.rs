@@ -1,10 +1,13 @@
-//! `atoll status`: print the status a running (or stopped) peer keeps in its run dir.
+//! `atoll status`: print the status a running (or stopped) peer keeps in its run dir;
+//! `--swarm`: every peer of its run, as their heartbeats describe them.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 
+use atoll::heartbeat::table::SwarmView;
+use atoll::node::heartbeats;
 use atoll::node::status::{StatusFile, FILE_NAME as STATUS_FILE};
 
 /// A status older than this while "running" means the peer probably died.
@@ -16,33 +19,62 @@ pub struct Args {
     /// Run dir of the peer (as given to `atoll run --run-dir`).
     #[arg(long)]
     pub run_dir: PathBuf,
-    /// Print the status file as JSON, for scripts.
+    /// Print the status file as JSON, for scripts (with --swarm: the swarm table).
     #[arg(long)]
     pub json: bool,
+    /// Every known peer of the run, from this peer's heartbeat table (`swarm.json`).
+    #[arg(long)]
+    pub swarm: bool,
 }
 
 pub fn main(args: Args) -> anyhow::Result<()> {
-    let path = args.run_dir.join(STATUS_FILE);
-    let text = std::fs::read_to_string(&path).with_context(|| {
-        format!(
-            "cannot read {} (is a peer running with --run-dir {}?)",
-            path.display(),
-            args.run_dir.display()
-        )
-    })?;
-    let status: StatusFile = serde_json::from_str(&text)
-        .with_context(|| format!("{} is not a valid status file", path.display()))?;
+    if args.swarm {
+        return super::swarm_table::main(&args.run_dir, args.json);
+    }
+    let status = read_status(&args.run_dir)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&status)?);
     } else {
         print!("{}", human(&status));
+        let swarm = read_swarm(&args.run_dir).ok();
+        let findings = atoll::doctor::diagnose(&status, swarm.as_ref(), unix_ms());
+        println!("health   {}", atoll::doctor::summary(&findings));
     }
     Ok(())
 }
 
+/// The peer's `status.json`, with an error that says what to check.
+pub fn read_status(run_dir: &Path) -> anyhow::Result<StatusFile> {
+    let path = run_dir.join(STATUS_FILE);
+    let text = std::fs::read_to_string(&path).with_context(|| {
+        format!(
+            "cannot read {} (is a peer running with --run-dir {}?)",
+            path.display(),
+            run_dir.display()
+        )
+    })?;
+    serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a valid status file", path.display()))
+}
+
+/// The peer's `swarm.json` (written by peers that publish heartbeats).
+pub fn read_swarm(run_dir: &Path) -> anyhow::Result<SwarmView> {
+    let path = run_dir.join(heartbeats::FILE_NAME);
+    heartbeats::read(&path).with_context(|| {
+        format!(
+            "cannot read {} (it is written by a running peer of this version, once a second)",
+            path.display()
+        )
+    })
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn unix_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
 fn human(s: &StatusFile) -> String {
-    let now =
-        SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+    let now = unix_ms();
     let age = now.saturating_sub(s.updated_unix_ms);
     let state = match (s.running, age > STALE_MS) {
         (false, _) => "stopped".to_string(),
@@ -102,16 +134,5 @@ fn human(s: &StatusFile) -> String {
 }
 
 pub fn bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
+    atoll::doctor::human_bytes(n)
 }

@@ -1,8 +1,8 @@
-//! The run dir's files written by the node (fragment states, `status.json`,
+//! The run dir's files written by the node (fragment states, `status.json`, `swarm.json`,
 //! `merges.jsonl`) go through one thread of their own, so the event loop never waits on
 //! the disk.
 //!
-//! Only the newest state of each fragment and the newest status wait to be written (a
+//! Only the newest state of each fragment, status and swarm table wait to be written (a
 //! newer one replaces them), so the backlog stays bounded however slow the disk; merge
 //! records queue in order, at most [`MAX_MERGES`] (older ones beyond that are dropped and
 //! counted in the log). [`Disk::finish`] writes what is pending and returns once it is on
@@ -14,7 +14,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use atoll_net::NetStats;
 
-use super::{anchors, ledger, status};
+use super::{anchors, heartbeats, ledger, status};
+use crate::heartbeat::table::SwarmView;
 use crate::proto::{FragmentState, MergeReport};
 
 /// Most merge records waiting to be appended.
@@ -34,7 +35,8 @@ struct Shared {
 #[derive(Default)]
 struct Pending {
     states: BTreeMap<u32, FragmentState>,
-    status: Option<(bool, NetStats, status::TrainingStatus)>,
+    status: Option<(bool, NetStats, Option<status::TrainingStatus>)>,
+    swarm: Option<SwarmView>,
     merges: Vec<(u64, MergeReport)>,
     dropped_merges: u64,
     closed: bool,
@@ -42,7 +44,10 @@ struct Pending {
 
 impl Pending {
     fn is_empty(&self) -> bool {
-        self.states.is_empty() && self.status.is_none() && self.merges.is_empty()
+        self.states.is_empty()
+            && self.status.is_none()
+            && self.swarm.is_none()
+            && self.merges.is_empty()
     }
 }
 
@@ -77,7 +82,17 @@ impl Disk {
 
     /// Queues `status.json`, replacing an older pending one.
     pub fn write_status(&self, running: bool, stats: NetStats, training: status::TrainingStatus) {
-        self.update(|p| p.status = Some((running, stats, training)));
+        self.update(|p| p.status = Some((running, stats, Some(training))));
+    }
+
+    /// Queues `status.json` of a peer that does not train.
+    pub fn write_net_status(&self, running: bool, stats: NetStats) {
+        self.update(|p| p.status = Some((running, stats, None)));
+    }
+
+    /// Queues `swarm.json`, replacing an older pending one.
+    pub fn write_swarm(&self, view: SwarmView) {
+        self.update(|p| p.swarm = Some(view));
     }
 
     /// Queues a line of `merges.jsonl`.
@@ -113,6 +128,7 @@ impl Drop for Disk {
 fn write_pending(run_dir: PathBuf, shared: &Shared) {
     let mut ledger = ledger::Ledger::new(&run_dir);
     let status_path = run_dir.join(status::FILE_NAME);
+    let swarm_path = run_dir.join(heartbeats::FILE_NAME);
     loop {
         let (batch, closed) = {
             let mut pending = shared.lock();
@@ -136,8 +152,13 @@ fn write_pending(run_dir: PathBuf, shared: &Shared) {
                 tracing::error!(error = %e, "cannot save anchors; training goes on");
             }
         }
+        if let Some(view) = &batch.swarm {
+            if let Err(e) = heartbeats::write(&swarm_path, view) {
+                tracing::warn!(path = %swarm_path.display(), error = %e, "cannot write swarm.json");
+            }
+        }
         if let Some((running, stats, training)) = batch.status {
-            if let Err(e) = status::write(&status_path, running, stats, Some(training)) {
+            if let Err(e) = status::write(&status_path, running, stats, training) {
                 tracing::warn!(path = %status_path.display(), error = %e, "cannot write status.json");
             }
         }

@@ -76,7 +76,9 @@ impl<N: super::Network> Loop<N> {
                     }
                 }
             }
+            NetEvent::Heartbeat { author, payload } => self.on_heartbeat(author, &payload).await,
             NetEvent::RunPeerJoined(p) => {
+                self.beacon.soon(status::unix_ms());
                 self.remember_peer(proto_peer(&p), p);
                 // A newcomer learns where the swarm is from state announcements; ours come
                 // once per period, so say it again (once its subscription has reached us).

@@ -203,6 +203,19 @@ impl Network for MemNet {
         Ok(())
     }
 
+    async fn publish_heartbeat(&self, payload: Vec<u8>) -> Result<(), NetError> {
+        let hub = self.lock();
+        let island = hub.island(&self.me).ok_or(NetError::Shutdown)?;
+        let payload = Bytes::from(payload);
+        for (p, m) in &hub.members {
+            if *p != self.me && m.island == island {
+                let ev = NetEvent::Heartbeat { author: self.me, payload: payload.clone() };
+                let _ = m.events.try_send(ev);
+            }
+        }
+        Ok(())
+    }
+
     async fn fetch(
         &self,
         hash: BlobHash,

@@ -19,6 +19,11 @@ pub trait Network: Clone + Send + Sync + 'static {
     fn put_blob(&self, data: Bytes) -> Result<(), NetError>;
     /// Gossips an announcement to the run's peers.
     fn publish(&self, payload: Vec<u8>) -> impl Future<Output = Result<(), NetError>> + Send;
+    /// Gossips this peer's heartbeat (see [`crate::heartbeat`]) to the run's peers.
+    fn publish_heartbeat(
+        &self,
+        payload: Vec<u8>,
+    ) -> impl Future<Output = Result<(), NetError>> + Send;
     /// One verified payload of at most `max_len` bytes, from `sources` first.
     fn fetch(
         &self,
@@ -45,6 +50,13 @@ impl Network for NetClient {
 
     fn publish(&self, payload: Vec<u8>) -> impl Future<Output = Result<(), NetError>> + Send {
         NetClient::publish(self, payload)
+    }
+
+    fn publish_heartbeat(
+        &self,
+        payload: Vec<u8>,
+    ) -> impl Future<Output = Result<(), NetError>> + Send {
+        NetClient::publish_heartbeat(self, payload)
     }
 
     async fn fetch(

@@ -63,6 +63,17 @@ pub struct TrainingStatus {
     /// Evaluation of the final anchors, once the peer finished.
     pub final_val_loss: Option<f64>,
     pub final_val_bpb: Option<f64>,
+    // What `atoll doctor` compares with (from the manifest)
+    /// One fragment cycle, `h × step_ms`.
+    #[serde(default)]
+    pub period_ms: u64,
+    /// The grace window's cap (`grace_cap_ms`): clocks must agree well within it.
+    #[serde(default)]
+    pub grace_ms: u64,
+    /// Bytes of this peer's deltas in one period (every fragment once, at their largest
+    /// encoding): what each fetcher downloads from it per period.
+    #[serde(default)]
+    pub delta_bytes_per_period: u64,
 }
 
 /// What `status.json` holds.

@@ -310,3 +310,24 @@ pub fn run_swarm_command(args: &[&str], run_dir: &Path, config: &Path) -> String
     );
     stdout
 }
+
+/// Runs `atoll ARGS` to the end; returns its exit code and stdout.
+pub fn atoll(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_atoll")).args(args).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let code = out.status.code().unwrap_or(-1);
+    if code == 101 || code == -1 {
+        panic!(
+            "atoll {} crashed: {}\n{}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    (code, stdout)
+}
+
+/// The peer's `swarm.json`, once written.
+pub fn swarm_view(dir: &Path) -> Option<atoll::heartbeat::table::SwarmView> {
+    atoll::node::heartbeats::read(&dir.join(atoll::node::heartbeats::FILE_NAME)).ok()
+}

@@ -52,7 +52,7 @@ pub(crate) struct EventLoop {
     pub(super) run_name: String,
     run_key: RecordKey,
     pub(super) topic: gossipsub::IdentTopic,
-    bootstrap: Vec<Multiaddr>,
+    pub(super) bootstrap: Vec<Multiaddr>,
     discovery_interval: Duration,
     pub(super) started: Instant,
     /// Replies owed to clients for outbound blob requests.
@@ -85,6 +85,8 @@ pub(crate) struct EventLoop {
     pub(super) record_due: Option<Instant>,
     /// Reachability, relay reservations, links (see `nat`).
     pub(super) nat: super::nat::NatState,
+    /// The run's heartbeat topic (see `heartbeats`).
+    pub(super) heartbeats: gossipsub::IdentTopic,
 }
 
 impl EventLoop {
@@ -131,6 +133,7 @@ impl EventLoop {
             members: super::members::members_topic(&cfg.run_name),
             record_due: None,
             nat: Default::default(),
+            heartbeats: super::heartbeats::topic(&cfg.run_name),
         };
         event_loop.apply_loaded_bans();
         event_loop
@@ -223,6 +226,9 @@ impl EventLoop {
             }
             Command::RunPeers { reply } => {
                 let _ = reply.send(self.run_peers());
+            }
+            Command::Heartbeat { payload, reply } => {
+                let _ = reply.send(self.publish_heartbeat(payload));
             }
         }
     }

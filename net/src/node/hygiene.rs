@@ -1,5 +1,6 @@
-//! Network hygiene on the swarm task: strikes, bans, the combined block list and the
-//! per-source announcement rate limit. See [`crate::bans`] for the policy.
+//! Network hygiene on the swarm task: strikes, bans, the combined block list, the
+//! per-source announcement rate limit and the per-author heartbeat rate limit. See
+//! [`crate::bans`] for the policy.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -11,6 +12,7 @@ use tracing::{debug, warn};
 use super::event_loop::EventLoop;
 use crate::bans::{self, Strikes, BAN_STRIKES, MAX_BANS};
 use crate::client::NetEvent;
+use crate::heartbeat::{HEARTBEAT_BURST, HEARTBEAT_RATE};
 
 /// Announcements accepted from one propagation source in a burst.
 pub const ANNOUNCE_BURST: f64 = 256.0;
@@ -20,7 +22,7 @@ pub const ANNOUNCE_RATE: f64 = 128.0;
 pub const MAX_BUCKETS: usize = 1024;
 
 /// What the swarm task keeps for hygiene.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Hygiene {
     strikes: Strikes,
     /// Strikes given, by reason.
@@ -30,7 +32,48 @@ pub(crate) struct Hygiene {
     /// Blocked by fault injection (tests only).
     fault_blocked: HashSet<PeerId>,
     ban_file: Option<PathBuf>,
+    /// Gossip messages per propagation source.
+    announcements: RateBuckets,
+    /// Heartbeats per signed author.
+    heartbeats: RateBuckets,
+}
+
+/// A token bucket per peer, at most [`MAX_BUCKETS`] of them.
+#[derive(Debug)]
+pub(crate) struct RateBuckets {
+    burst: f64,
+    rate: f64,
     buckets: HashMap<PeerId, (f64, Instant)>,
+}
+
+impl RateBuckets {
+    fn new(burst: f64, rate: f64) -> Self {
+        RateBuckets { burst, rate, buckets: HashMap::new() }
+    }
+
+    /// True if one more message of `peer` fits its bucket (and takes the token).
+    pub(crate) fn admit(&mut self, peer: PeerId, now: Instant) -> bool {
+        if !self.buckets.contains_key(&peer) && self.buckets.len() >= MAX_BUCKETS {
+            // Forget peers whose bucket refilled (they are idle), else any one.
+            let (burst, rate) = (self.burst, self.rate);
+            self.buckets.retain(|_, (t, at)| refill(*t, *at, now, burst, rate) < burst);
+            if self.buckets.len() >= MAX_BUCKETS {
+                if let Some(p) = self.buckets.keys().next().copied() {
+                    self.buckets.remove(&p);
+                }
+            }
+        }
+        let (tokens, at) = self.buckets.entry(peer).or_insert((self.burst, now));
+        let available = refill(*tokens, *at, now, self.burst, self.rate);
+        *at = now;
+        if available >= 1.0 {
+            *tokens = available - 1.0;
+            true
+        } else {
+            *tokens = available;
+            false
+        }
+    }
 }
 
 impl Hygiene {
@@ -60,25 +103,12 @@ impl Hygiene {
 
     /// Token bucket per propagation source: true if one more announcement fits.
     pub(crate) fn admit_announcement(&mut self, source: PeerId, now: Instant) -> bool {
-        if !self.buckets.contains_key(&source) && self.buckets.len() >= MAX_BUCKETS {
-            // Forget sources whose bucket refilled (they are idle), else any one.
-            self.buckets.retain(|_, (t, at)| refill(*t, *at, now) < ANNOUNCE_BURST);
-            if self.buckets.len() >= MAX_BUCKETS {
-                if let Some(p) = self.buckets.keys().next().copied() {
-                    self.buckets.remove(&p);
-                }
-            }
-        }
-        let (tokens, at) = self.buckets.entry(source).or_insert((ANNOUNCE_BURST, now));
-        let available = refill(*tokens, *at, now);
-        *at = now;
-        if available >= 1.0 {
-            *tokens = available - 1.0;
-            true
-        } else {
-            *tokens = available;
-            false
-        }
+        self.announcements.admit(source, now)
+    }
+
+    /// Token bucket per signed author: true if one more heartbeat fits.
+    pub(crate) fn admit_heartbeat(&mut self, author: PeerId, now: Instant) -> bool {
+        self.heartbeats.admit(author, now)
     }
 
     pub(crate) fn is_banned(&self, peer: &PeerId) -> bool {
@@ -86,8 +116,22 @@ impl Hygiene {
     }
 }
 
-fn refill(tokens: f64, at: Instant, now: Instant) -> f64 {
-    (tokens + now.saturating_duration_since(at).as_secs_f64() * ANNOUNCE_RATE).min(ANNOUNCE_BURST)
+impl Default for Hygiene {
+    fn default() -> Self {
+        Hygiene {
+            strikes: Strikes::default(),
+            strike_counts: BTreeMap::new(),
+            banned: HashSet::new(),
+            fault_blocked: HashSet::new(),
+            ban_file: None,
+            announcements: RateBuckets::new(ANNOUNCE_BURST, ANNOUNCE_RATE),
+            heartbeats: RateBuckets::new(HEARTBEAT_BURST, HEARTBEAT_RATE),
+        }
+    }
+}
+
+fn refill(tokens: f64, at: Instant, now: Instant, burst: f64, rate: f64) -> f64 {
+    (tokens + now.saturating_duration_since(at).as_secs_f64() * rate).min(burst)
 }
 
 impl EventLoop {
@@ -193,6 +237,23 @@ mod tests {
         for _ in 0..MAX_BUCKETS + 50 {
             assert!(h.admit_announcement(PeerId::random(), t0));
         }
-        assert!(h.buckets.len() <= MAX_BUCKETS);
+        assert!(h.announcements.buckets.len() <= MAX_BUCKETS);
+    }
+
+    #[test]
+    fn heartbeats_are_limited_per_author() {
+        let mut h = Hygiene::default();
+        let (a, b) = (PeerId::random(), PeerId::random());
+        let t0 = Instant::now();
+        let admitted = (0..100).filter(|_| h.admit_heartbeat(a, t0)).count();
+        assert_eq!(admitted, HEARTBEAT_BURST as usize);
+        assert!(h.admit_heartbeat(b, t0), "another author has its own bucket");
+        // An honest author (one every MIN_HEARTBEAT_GAP) never runs dry.
+        let gap = crate::heartbeat::MIN_HEARTBEAT_GAP;
+        for i in 1..=100 {
+            assert!(h.admit_heartbeat(b, t0 + gap * i), "honest heartbeat {i} refused");
+        }
+        // Announcements of `a` are a separate budget.
+        assert!(h.admit_announcement(a, t0));
     }
 }

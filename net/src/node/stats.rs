@@ -57,6 +57,8 @@ impl EventLoop {
             reachability: self.nat.reachability,
             links: self.nat_links(),
             relay: self.nat_relay_stats(),
+            bootstrap: self.bootstrap.iter().map(|a| a.to_string()).collect(),
+            max_upload_bytes_per_sec: self.uploads.cap(),
         }
     }
 

@@ -231,6 +231,16 @@ impl EventLoop {
                     );
                     return;
                 }
+                if message.topic == self.heartbeats.hash() {
+                    let verdict =
+                        self.on_heartbeat(propagation_source, message.source, &message.data);
+                    self.swarm.behaviour_mut().gossipsub.report_message_validation_result(
+                        &message_id,
+                        &propagation_source,
+                        verdict,
+                    );
+                    return;
+                }
                 if message.topic == self.members.hash() {
                     let verdict = self.on_record(propagation_source, message.source, &message.data);
                     self.swarm.behaviour_mut().gossipsub.report_message_validation_result(

@@ -53,6 +53,8 @@ pub struct UploadQueue {
     pub(super) share: FairShare,
     /// One log line per requester and refusal reason per minute.
     log: LogThrottle<PeerId>,
+    /// The cap in bytes per second, as configured (for the status file).
+    cap: Option<u64>,
 }
 
 /// What to do with a response.
@@ -76,7 +78,13 @@ impl UploadQueue {
             queued_per_peer: HashMap::new(),
             share: FairShare::new(cfg.upload_share),
             log: LogThrottle::default(),
+            cap: cfg.max_upload_bytes_per_sec.filter(|r| *r > 0),
         }
+    }
+
+    /// The upload cap in bytes per second (`None`: none).
+    pub fn cap(&self) -> Option<u64> {
+        self.cap
     }
 
     /// Admits a response for `peer` (its payload is what the cap measures).

@@ -1,0 +1,69 @@
+//! A peer that does not train (`atoll run --no-train`, a bootstrap/relay peer): it serves
+//! the network, and like a training peer it publishes heartbeats, keeps the table of the
+//! run's peers (it sees the whole swarm) and writes `status.json` and `swarm.json` on a
+//! disk thread of its own.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use atoll_net::NetEvent;
+use tokio::sync::mpsc;
+
+use super::heartbeats::Beacon;
+use super::status::unix_ms;
+use super::{disk, Network, NodeError};
+
+/// How often the status file is rewritten.
+const STATUS_PERIOD: Duration = Duration::from_millis(500);
+
+/// Serves until `stop` resolves; every network event is shown to `on_event` (the command
+/// line logs them). Writes the final status (`running: false`) before returning.
+pub async fn serve_without_training<N: Network>(
+    net: N,
+    events: &mut mpsc::Receiver<NetEvent>,
+    run_dir: PathBuf,
+    stop: impl Future<Output = ()>,
+    mut on_event: impl FnMut(&NetEvent),
+) -> Result<(), NodeError> {
+    let disk = disk::Disk::start(run_dir).map_err(NodeError::Thread)?;
+    let me = net.peer_id();
+    let mut beacon = Beacon::new(unix_ms());
+    let mut tick = tokio::time::interval(STATUS_PERIOD);
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            biased;
+            _ = &mut stop => break,
+            _ = tick.tick() => {
+                let stats = net.stats().await?;
+                let now = unix_ms();
+                if let Some(bytes) = beacon.due(&stats, None, now) {
+                    let ok = net.publish_heartbeat(bytes).await.is_ok();
+                    beacon.sent(ok, now);
+                }
+                if let Some(view) = beacon.tick(&me, &stats, None, now) {
+                    disk.write_swarm(view);
+                }
+                disk.write_net_status(true, stats);
+            }
+            Some(event) = events.recv() => {
+                match &event {
+                    NetEvent::Heartbeat { author, payload } => {
+                        if let Some(reason) = beacon.heard(*author, payload, unix_ms()) {
+                            net.penalize(*author, reason).await;
+                        }
+                    }
+                    NetEvent::RunPeerJoined(_) => beacon.soon(unix_ms()),
+                    _ => {}
+                }
+                on_event(&event);
+            }
+        }
+    }
+    let stats = net.stats().await?;
+    disk.write_swarm(beacon.view(&me, unix_ms()));
+    disk.write_net_status(false, stats);
+    disk.finish();
+    Ok(())
+}
