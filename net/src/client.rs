@@ -42,6 +42,9 @@ pub enum NetEvent {
     /// or beyond its fair share of our uploads): `refused` requests in the current window.
     /// Sent once per peer per window; the program may penalise it.
     UploadAbuse { peer: PeerId, refused: u64 },
+    /// A connected peer of our wire version told us (identify) which run manifest it
+    /// serves (`None`: it did not say). Sent on each identify, i.e. once per connection.
+    PeerIdentified { peer: PeerId, manifest: Option<crate::BlobHash> },
 }
 
 pub(crate) enum Command {

@@ -83,6 +83,8 @@ pub(crate) struct EventLoop {
     pub(super) members: gossipsub::IdentTopic,
     /// When our next member record is due (`None`: at the next tick).
     pub(super) record_due: Option<Instant>,
+    /// The most recent failed dials (bounded), for the status file and joiners.
+    pub(super) dial_failures: super::dial_failures::DialFailures,
 }
 
 impl EventLoop {
@@ -128,6 +130,7 @@ impl EventLoop {
             on_loopback: cfg.listen.iter().any(super::addr_is_loopback),
             members: super::members::members_topic(&cfg.run_name),
             record_due: None,
+            dial_failures: Default::default(),
         };
         event_loop.apply_loaded_bans();
         event_loop

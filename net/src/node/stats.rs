@@ -57,6 +57,7 @@ impl EventLoop {
             reachability: Default::default(),
             links: Vec::new(),
             relay: Default::default(),
+            dial_failures: self.dial_failures.snapshot(),
         }
     }
 

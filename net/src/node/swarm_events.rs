@@ -71,6 +71,7 @@ impl EventLoop {
                 self.swarm.add_external_address(address);
             }
             SwarmEvent::OutgoingConnectionError { peer_id, error, .. } => {
+                self.dial_failures.record(peer_id, &error, self.started.elapsed().as_secs());
                 let who = peer_id.map_or_else(|| "unknown peer".to_string(), |p| p.to_string());
                 // A transport failure is what a person needs to see (a bootstrap address that
                 // is wrong, unreachable, or a private swarm); once per peer per window.
@@ -125,6 +126,8 @@ impl EventLoop {
             self.peers.reject(peer.to_string(), RejectReason::PeerVersion, &info.protocol_version);
             return;
         }
+        let manifest = crate::advert::manifest_of(&info.agent_version);
+        self.emit(NetEvent::PeerIdentified { peer, manifest });
         if !info.protocols.contains(&KAD_PROTOCOL) {
             return;
         }
