@@ -68,6 +68,16 @@ fn list(attempts: &[Attempt]) -> String {
     attempts.iter().map(|a| format!("\n  {a}")).collect()
 }
 
+/// The attempts other than the one at `addr`, if any.
+fn also(attempts: &[Attempt], addr: &Multiaddr) -> String {
+    let others: Vec<Attempt> = attempts.iter().filter(|a| a.addr != *addr).cloned().collect();
+    if others.is_empty() {
+        String::new()
+    } else {
+        format!("\nAlso tried:{}", list(&others))
+    }
+}
+
 /// Why a join could not get the run's manifest.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -77,7 +87,7 @@ pub enum JoinError {
     #[error(
         "wrong run id: you asked for run {given}, but the peer at {addr} serves run {served}; \
          check the id (every training peer prints its own `--join` line at start){}",
-        list(.attempts)
+        also(.attempts, .addr)
     )]
     WrongRun { given: String, served: String, addr: Multiaddr, attempts: Vec<Attempt> },
     #[error(
