@@ -142,8 +142,12 @@ async fn fetch_on(
     let index: HashMap<PeerId, usize> =
         targets.iter().enumerate().map(|(i, t)| (t.peer, i)).collect();
     for (i, t) in targets.iter().enumerate() {
-        if let Err(e) = node.client.dial(t.addr.clone()).await {
-            attempts[i].outcome = Outcome::Unreachable(e.to_string());
+        match node.client.dial(t.addr.clone()).await {
+            Ok(()) => {}
+            Err(NetError::Dial { reason, .. }) => {
+                attempts[i].outcome = Outcome::Unreachable(reason)
+            }
+            Err(e) => attempts[i].outcome = Outcome::Unreachable(e.to_string()),
         }
     }
     let mut tick = tokio::time::interval(POLL);
@@ -152,7 +156,8 @@ async fn fetch_on(
         tokio::select! {
             _ = tokio::time::sleep_until(deadline) => break,
             event = node.events.recv() => {
-                let Some(NetEvent::PeerIdentified { peer, manifest }) = event else { continue };
+                let Some(event) = event else { break };
+                let NetEvent::PeerIdentified { peer, manifest } = event else { continue };
                 let Some(&i) = index.get(&peer) else { continue };
                 if attempts[i].outcome != Outcome::Waiting {
                     continue;
@@ -228,4 +233,54 @@ pub fn join_line(run: RunId, listen: &[Multiaddr]) -> Option<String> {
         .or_else(|| listen.iter().find(|a| tcp(a)))
         .or_else(|| listen.first())?;
     Some(format!("atoll run --run-dir runs/{} --join {}@{addr}", run.short(), run.hex()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::Corpus;
+    use crate::train::TrainConfig;
+
+    fn manifest() -> Manifest {
+        let corpus = Corpus::from_text("t", b"hello world, hello swarm".repeat(50)).unwrap();
+        Manifest::new("join-unit", TrainConfig::tiny(3), &corpus, Default::default())
+    }
+
+    #[test]
+    fn only_the_canonical_bytes_of_a_valid_manifest_are_accepted() {
+        let addr: Multiaddr = "/ip4/127.0.0.1/tcp/1".parse().unwrap();
+        let m = manifest();
+        assert_eq!(accept(&m.to_bytes(), m.run_id(), &addr).unwrap(), m);
+        // The same manifest pretty-printed: it parses, but its hash is not its run id.
+        let pretty = serde_json::to_vec_pretty(&m).unwrap();
+        let id = RunId(*blake3::hash(&pretty).as_bytes());
+        assert!(matches!(accept(&pretty, id, &addr), Err(JoinError::NotCanonical { .. })));
+        let mut bad = m.clone();
+        bad.protocol.quorum = 0;
+        let e = accept(&bad.to_bytes(), bad.run_id(), &addr).unwrap_err();
+        assert!(e.to_string().contains("quorum"), "{e}");
+        assert!(accept(b"not json", m.run_id(), &addr).is_err());
+    }
+
+    #[test]
+    fn the_join_line_names_the_best_address_and_the_whole_id() {
+        let id = manifest().run_id();
+        let p = "/p2p/12D3KooWD3eckifWpRn9wQpMG9R9hX3sD158z7EqHWmweQAJU5SA";
+        let a = |s: &str| -> Multiaddr { format!("{s}{p}").parse().unwrap() };
+        let lo_tcp = a("/ip4/127.0.0.1/tcp/1");
+        let lan_quic = a("/ip4/10.0.0.2/udp/2/quic-v1");
+        let lan_tcp = a("/ip4/10.0.0.2/tcp/3");
+        let line = |addrs: &[Multiaddr]| join_line(id, addrs).unwrap();
+        let want = |addr: &Multiaddr| {
+            format!("atoll run --run-dir runs/{} --join {}@{addr}", id.short(), id.hex())
+        };
+        assert_eq!(line(&[lo_tcp.clone(), lan_quic.clone(), lan_tcp.clone()]), want(&lan_tcp));
+        assert_eq!(line(&[lo_tcp.clone(), lan_quic.clone()]), want(&lan_quic));
+        assert_eq!(line(std::slice::from_ref(&lo_tcp)), want(&lo_tcp));
+        assert_eq!(join_line(id, &[]), None);
+        // What a peer prints parses back to the same target.
+        let printed = line(std::slice::from_ref(&lan_tcp));
+        let target: JoinTarget = printed.rsplit(' ').next().unwrap().parse().unwrap();
+        assert_eq!((target.run, target.addr), (id, lan_tcp));
+    }
 }
