@@ -34,6 +34,9 @@ pub enum Role {
     Train { manifest: PathBuf, shard: String, until: Until },
     /// `--no-train --run-name NAME`.
     Serve { run_name: String },
+    /// `--join RUN_ID@MULTIADDR` and `--steps` or `--duration`: the manifest is fetched
+    /// from the swarm, the shard taken from the peer id.
+    Join { target: String, until: Until },
 }
 
 /// How one `atoll run` is started, kept so it can be started again on the same run dir.
@@ -77,6 +80,11 @@ impl Spec {
         Spec::new(dir, Role::Serve { run_name: run_name.to_owned() })
     }
 
+    /// A training peer that joins with `--join TARGET` (`RUN_ID@MULTIADDR`).
+    pub fn join(dir: PathBuf, target: &str, until: Until) -> Spec {
+        Spec::new(dir, Role::Join { target: target.to_owned(), until })
+    }
+
     /// Adds bootstrap addresses.
     pub fn bootstrap(mut self, addrs: impl IntoIterator<Item = String>) -> Spec {
         self.bootstrap.extend(addrs);
@@ -111,7 +119,8 @@ impl Spec {
     /// The step target of a training peer started with `--steps`.
     pub fn steps(&self) -> Option<u64> {
         match self.role {
-            Role::Train { until: Until::Steps(n), .. } => Some(n),
+            Role::Train { until: Until::Steps(n), .. }
+            | Role::Join { until: Until::Steps(n), .. } => Some(n),
             _ => None,
         }
     }
@@ -121,15 +130,20 @@ impl Spec {
     pub fn command_line(&self) -> Vec<OsString> {
         let mut a: Vec<OsString> = vec!["run".into(), "--run-dir".into(), self.dir.clone().into()];
         let mut push = |items: &[&str]| a.extend(items.iter().map(OsString::from));
+        let until_flag = |until: &Until| match until {
+            Until::Steps(n) => ["--steps".to_owned(), n.to_string()],
+            Until::Seconds(s) => ["--duration".to_owned(), s.to_string()],
+        };
         match &self.role {
             Role::Train { manifest, shard, until } => {
                 push(&["--config"]);
                 a.push(manifest.clone().into());
-                let (flag, n) = match until {
-                    Until::Steps(n) => ("--steps", n),
-                    Until::Seconds(s) => ("--duration", s),
-                };
-                a.extend(["--shard", shard, flag, &n.to_string()].map(OsString::from));
+                a.extend(["--shard", shard].map(OsString::from));
+                a.extend(until_flag(until).map(OsString::from));
+            }
+            Role::Join { target, until } => {
+                a.extend(["--join", target].map(OsString::from));
+                a.extend(until_flag(until).map(OsString::from));
             }
             Role::Serve { run_name } => {
                 a.extend(["--no-train", "--run-name", run_name].map(OsString::from))

@@ -13,6 +13,7 @@
 //! - [`checkpoint`]: atomic, checksummed checkpoints of model + optimizer + counters.
 //! - [`metrics`]: the `metrics.jsonl` record of validation passes.
 //! - [`manifest`]: the run manifest (everything peers must share) and the run id.
+//! - [`join`]: `--join RUN_ID@MULTIADDR`: the run's manifest fetched by its id from a peer.
 //! - [`node`]: a training peer: trainer thread + protocol core + `atoll-net`.
 //! - [`sample`]: text generation from a trained model.
 //! - [`chaos`]: the chaos harness's seeded fault schedule and its goodput/uptime figures.
@@ -31,6 +32,7 @@ pub mod doctor;
 pub mod fleet;
 pub mod fragment;
 pub mod heartbeat;
+pub mod join;
 pub mod manifest;
 pub mod metrics;
 pub mod model;

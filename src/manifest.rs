@@ -95,6 +95,11 @@ impl RunId {
     pub fn short(&self) -> String {
         self.0[..8].iter().map(|b| format!("{b:02x}")).collect()
     }
+
+    /// The whole id, 64 lower-case hex digits (what `--join` takes).
+    pub fn hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
 }
 
 impl std::fmt::Display for RunId {

@@ -120,6 +120,8 @@ pub async fn run(
     // Configuration, checkpoint and anchors are checked before any socket is opened.
     let opened = open(&opts)?;
     opts.net.run_name = opts.manifest.name.clone();
+    // The manifest's blob hash is its run id: joiners learn it in identify, then fetch it.
+    opts.net.manifest = Some(atoll_net::BlobHash(opts.manifest.run_id().0));
     let mut node = Node::start(opts.net.clone()).await?;
     if let Some(tell) = opts.on_listening.take() {
         tell(node.client.peer_id(), &node.listen_addrs);

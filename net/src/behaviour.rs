@@ -94,7 +94,7 @@ impl Behaviour {
             kad: kademlia(peer_id),
             identify: identify::Behaviour::new(
                 identify::Config::new(IDENTIFY_PROTOCOL_VERSION.into(), key.public())
-                    .with_agent_version(format!("atoll-net/{}", env!("CARGO_PKG_VERSION")))
+                    .with_agent_version(crate::advert::agent_version(cfg.manifest))
                     .with_push_listen_addr_updates(true),
             ),
             ping: ping::Behaviour::new(

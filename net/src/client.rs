@@ -46,6 +46,9 @@ pub enum NetEvent {
     /// [`crate::heartbeat::MAX_HEARTBEAT_BYTES`]), signed by `author` and within its rate.
     /// What it says is the author's claim.
     Heartbeat { author: PeerId, payload: Bytes },
+    /// A connected peer of our wire version told us (identify) which run manifest it
+    /// serves (`None`: it did not say). Sent on each identify, i.e. once per connection.
+    PeerIdentified { peer: PeerId, manifest: Option<crate::BlobHash> },
 }
 
 pub(crate) enum Command {

@@ -32,6 +32,10 @@ pub struct NetConfig {
     pub keypair: Keypair,
     /// Which swarm to join; peers of other runs are never counted as run peers.
     pub run_name: String,
+    /// The blob hash of the run's manifest (the program's run id), told to every peer in
+    /// identify (see [`crate::advert`]) so that a joiner learns which run we serve before
+    /// it fetches the manifest from us. `None`: not told.
+    pub manifest: Option<crate::BlobHash>,
     /// Addresses to listen on, e.g. `/ip4/127.0.0.1/tcp/0`, `/ip4/0.0.0.0/udp/0/quic-v1`.
     pub listen: Vec<Multiaddr>,
     /// Peers to dial at start (with `/p2p/<peer id>` or without).
@@ -104,6 +108,7 @@ impl NetConfig {
         NetConfig {
             keypair,
             run_name: run_name.into(),
+            manifest: None,
             listen: Vec::new(),
             bootstrap: Vec::new(),
             mdns: false,

@@ -201,6 +201,23 @@ pub struct NetStats {
     /// The upload cap on blob payloads in bytes per second (`None`: no cap).
     #[serde(default)]
     pub max_upload_bytes_per_sec: Option<u64>,
+    /// The most recent failed dials, oldest first (bounded): what a peer that reaches no
+    /// one tried, and why each attempt failed.
+    #[serde(default)]
+    pub dial_failures: Vec<DialFailure>,
+}
+
+/// One address a dial tried, and why it failed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DialFailure {
+    /// The peer dialled, when known.
+    pub peer: Option<String>,
+    /// The address tried ("" when libp2p did not name one).
+    pub addr: String,
+    /// libp2p's error with its causes (bounded).
+    pub error: String,
+    /// When, in seconds since the node started.
+    pub at_secs: u64,
 }
 
 /// Whether other peers can dial this node (AutoNAT).

@@ -10,6 +10,7 @@
 //! - [`behaviour`]: the composed protocols (Kademlia `/atoll/kad/1.0.0`, identify, ping,
 //!   gossipsub with peer scoring, blob request-response, mDNS) and their settings.
 //! - [`transport`]: TCP+noise+yamux or QUIC, every substream byte counted.
+//! - [`advert`]: the run's manifest hash in identify's agent version, and reading it back.
 //! - [`announce`]: the versioned envelope of announcements and its checks.
 //! - [`heartbeat`]: the run's heartbeat topic (opaque bytes, bounded, rate-limited per author).
 //! - [`blob`]: content addressing, verified chunk lists, the store, the wire protocol
@@ -39,6 +40,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod advert;
 pub mod announce;
 pub mod bans;
 pub mod behaviour;
@@ -62,10 +64,10 @@ pub use blob::{BlobHash, ChunkList, CHUNK_SIZE};
 pub use client::{NetClient, NetEvent};
 pub use config::{NetConfig, DEFAULT_RUN_NAME};
 pub use counters::{
-    ByteCount, LinkKind, NetStats, PeerLink, Reachability, RejectReason, RelayStats,
+    ByteCount, DialFailure, LinkKind, NetStats, PeerLink, Reachability, RejectReason, RelayStats,
 };
 pub use error::{AnnounceError, FetchError, IdentityError, NetError, StoreError};
 pub use libp2p::identity::Keypair;
-pub use libp2p::{Multiaddr, PeerId};
+pub use libp2p::{multiaddr, Multiaddr, PeerId};
 pub use node::{Node, NodeHandle};
 pub use swarmkey::SwarmKeyError;

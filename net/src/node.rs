@@ -1,6 +1,7 @@
 //! Starting and stopping a node: builds the swarm, waits for its listeners, hands the
 //! swarm to its own task and returns the client, the event stream and the stop handle.
 
+mod dial_failures;
 mod dials;
 mod event_loop;
 mod heartbeats;

@@ -115,9 +115,9 @@ pub fn main(args: Args) -> anyhow::Result<()> {
                 };
                 last = (p.tokens, Instant::now());
                 if let Err(e) = log.append(&record) {
-                    bar.println(format!("cannot append to metrics.jsonl: {e}"));
+                    say(&bar, format!("cannot append to metrics.jsonl: {e}"));
                 }
-                bar.println(format!("step {} val_bpb {:.3}", p.step, record.val_bpb));
+                say(&bar, format!("step {} val_bpb {:.3}", p.step, record.val_bpb));
             }
         })?;
     bar.finish_and_clear();
@@ -156,4 +156,14 @@ pub fn main(args: Args) -> anyhow::Result<()> {
         .with_context(|| format!("cannot write {}", path.display()))?;
     println!("summary written to {}", path.display());
     Ok(())
+}
+
+/// A line above the progress bar; printed plainly when the bar is hidden (no terminal:
+/// indicatif then drops `println`), so a log file keeps it.
+fn say(bar: &ProgressBar, line: String) {
+    if bar.is_hidden() {
+        println!("{line}");
+    } else {
+        bar.println(line);
+    }
 }

@@ -157,6 +157,18 @@ fn run_swarm(
     // The first peer's address is the others' bootstrap.
     let first = &mut peers[0];
     let addr = swarm::listen_addr(&first.dir, &mut first.process, 0, Duration::from_secs(60))?;
+    if let Ok(a) = addr.parse() {
+        let run = Manifest::load(manifest)?.run_id();
+        if let Some(line) = atoll::join::join_line(run, &[a]) {
+            // Above the live lines (indicatif keeps them below what it prints).
+            let text = format!("others on this machine join with: {line}");
+            if swarm::console_is_terminal() {
+                multi.println(text).ok();
+            } else {
+                println!("{text}");
+            }
+        }
+    }
     for i in 1..args.peers {
         peers.push(start_peer(args, manifest, i, std::slice::from_ref(&addr), multi)?);
     }

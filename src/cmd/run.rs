@@ -4,6 +4,8 @@
 //! [`atoll::node`]); `--no-train` starts a bootstrap/relay peer that serves the DHT, gossip
 //! and blobs without training.
 
+mod join;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -33,6 +35,12 @@ pub struct Args {
     /// Peer to join through (repeatable), e.g. `/ip4/1.2.3.4/tcp/4001/p2p/12D3…`.
     #[arg(long = "bootstrap", value_name = "MULTIADDR")]
     pub bootstrap: Vec<Multiaddr>,
+    /// Join a running swarm in one line: fetch the run's manifest by its id (64 hex digits)
+    /// from the peer at MULTIADDR (ending in /p2p/<peer id>), check it, save it as
+    /// RUN_DIR/manifest.json and bootstrap from that peer. Every training peer prints its
+    /// own line at start ("others join with: …").
+    #[arg(long, value_name = "RUN_ID@MULTIADDR", conflicts_with = "config")]
+    pub join: Option<atoll::join::JoinTarget>,
     /// Run a pure bootstrap/relay peer: DHT, gossip and blob serving, no training.
     #[arg(long)]
     pub no_train: bool,
@@ -121,7 +129,7 @@ impl Method {
     }
 }
 
-pub fn main(args: Args) -> anyhow::Result<()> {
+pub fn main(mut args: Args) -> anyhow::Result<()> {
     if let Some(mbps) = args.max_upload_mbps {
         if !(mbps.is_finite() && mbps > 0.0) {
             bail!("--max-upload-mbps must be a positive number, got {mbps}");
@@ -131,6 +139,7 @@ pub fn main(args: Args) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("cannot start the tokio runtime")?;
+    rt.block_on(join::prepare(&mut args))?;
     if args.no_train {
         rt.block_on(serve(args))
     } else if args.method != Method::Atoll {
@@ -177,17 +186,25 @@ fn net_config(args: &Args) -> anyhow::Result<NetConfig> {
 /// The manifest of this peer: `--config`, else the run dir's, else the default run.
 /// A run dir that already holds another manifest is refused with the difference.
 fn resolve_manifest(args: &Args, corpus: &atoll::data::Corpus) -> anyhow::Result<Manifest> {
+    let default = || {
+        Manifest::new(&args.run_name, TrainConfig::default(), corpus, manifest::default_protocol())
+    };
+    Ok(known_manifest(args, Some(&default))?.unwrap_or_else(default))
+}
+
+/// The manifest of `--config` or of the run dir (else `default`'s, if given), checked
+/// against the run dir's and saved there; `None` when there is none.
+fn known_manifest(
+    args: &Args,
+    default: Option<&dyn Fn() -> Manifest>,
+) -> anyhow::Result<Option<Manifest>> {
     let saved_path = args.run_dir.join(manifest::FILE_NAME);
     let saved = if saved_path.exists() { Some(Manifest::load(&saved_path)?) } else { None };
-    let chosen = match (&args.config, &saved) {
-        (Some(path), _) => Manifest::load(path)?,
-        (None, Some(m)) => m.clone(),
-        (None, None) => Manifest::new(
-            &args.run_name,
-            TrainConfig::default(),
-            corpus,
-            manifest::default_protocol(),
-        ),
+    let chosen = match (&args.config, &saved, default) {
+        (Some(path), _, _) => Manifest::load(path)?,
+        (None, Some(m), _) => m.clone(),
+        (None, None, Some(default)) => default(),
+        (None, None, None) => return Ok(None),
     };
     if let Some(saved) = saved {
         if saved != chosen {
@@ -202,7 +219,7 @@ fn resolve_manifest(args: &Args, corpus: &atoll::data::Corpus) -> anyhow::Result
         atoll::checkpoint::write_atomic(&saved_path, &chosen.to_bytes())
             .with_context(|| format!("cannot write {}", saved_path.display()))?;
     }
-    Ok(chosen)
+    Ok(Some(chosen))
 }
 
 /// A training peer.
@@ -229,6 +246,7 @@ async fn train(args: Args) -> anyhow::Result<()> {
             Shard { index, count: DEFAULT_SHARDS }
         }
     };
+    let run_id = manifest.run_id();
     let opts = NodeOptions {
         manifest,
         corpus,
@@ -239,11 +257,12 @@ async fn train(args: Args) -> anyhow::Result<()> {
         target_step: args.steps,
         duration: args.duration.map(Duration::from_secs),
         checkpoint_every: args.checkpoint_every,
-        on_listening: Some(Box::new(|peer, addrs| {
+        on_listening: Some(Box::new(move |peer, addrs| {
             println!("peer_id {peer}");
             for a in addrs {
                 println!("listening {a}");
             }
+            join::print_line(run_id, addrs);
         })),
     };
     let report = node::run(opts, shutdown_signal()).await?;
@@ -309,11 +328,22 @@ async fn shutdown_signal() {
 
 /// A bootstrap/relay peer: no training.
 async fn serve(args: Args) -> anyhow::Result<()> {
-    let cfg = net_config(&args)?;
+    let mut cfg = net_config(&args)?;
+    // With a manifest (--config, --join or the run dir's) it serves that run by its name,
+    // and the manifest to joiners; without, the swarm named by --run-name.
+    let manifest = known_manifest(&args, None)?;
+    if let Some(m) = &manifest {
+        cfg.run_name = m.name.clone();
+        cfg.manifest = Some(atoll_net::BlobHash(m.run_id().0));
+    }
     let mut node = Node::start(cfg).await.context("cannot start the peer")?;
     println!("peer_id {}", node.client.peer_id());
     for a in &node.listen_addrs {
         println!("listening {a}");
+    }
+    if let Some(m) = &manifest {
+        node.client.put_blob(m.to_bytes().into())?;
+        join::print_line(m.run_id(), &node.listen_addrs);
     }
     // Heartbeats, the swarm table, status.json and swarm.json, as a training peer has.
     let served = node::serve_without_training(
@@ -335,6 +365,9 @@ fn log_event(event: &NetEvent) {
         NetEvent::RunPeerJoined(p) => tracing::debug!(peer = %p, "run peer joined"),
         NetEvent::Heartbeat { author, .. } => tracing::trace!(peer = %author, "heartbeat"),
         NetEvent::RunPeerLeft(p) => tracing::debug!(peer = %p, "run peer left"),
+        NetEvent::PeerIdentified { peer, manifest } => {
+            tracing::debug!(%peer, manifest = ?manifest, "peer identified")
+        }
         NetEvent::Announcement { from, payload, .. } => {
             tracing::debug!(from = %from, bytes = payload.len(), "announcement")
         }

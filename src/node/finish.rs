@@ -51,8 +51,15 @@ impl<N: Network> Loop<N> {
         }
         self.holding = None;
         let rounds: Vec<u64> = (0..p).map(|i| self.proto.state(i).round).collect();
+        let heard_any = (0..p).any(|i| self.proto.heard_round(i) > 0);
         if caught_up {
             tracing::info!(?rounds, "holding the swarm's anchors; training starts");
+        } else if !heard_any {
+            // A new swarm (every peer of the default run, epoch 0, starts "late"): nothing
+            // to catch up with, and nothing wrong.
+            tracing::info!(
+                "no peer has announced a state yet: training from the run's initial weights"
+            );
         } else {
             tracing::warn!(?rounds, "not caught up with the swarm in time; training starts anyway");
         }

@@ -40,6 +40,11 @@ impl Protocol {
         lane.state_fetch.is_none() && lane.votes.max_round() > done.saturating_add(1)
     }
 
+    /// The newest round any peer announced a state for on fragment `p` (0: none heard).
+    pub fn heard_round(&self, p: usize) -> u64 {
+        self.lanes[p].votes.max_round()
+    }
+
     /// Fragment `p` holds a state no more than one round older than the newest one heard of
     /// (that round's merge may be under way), and some state was heard at all: what a
     /// fresh peer joining a running swarm waits for before its first inner step.

@@ -87,6 +87,8 @@ pub(crate) struct EventLoop {
     pub(super) nat: super::nat::NatState,
     /// The run's heartbeat topic (see `heartbeats`).
     pub(super) heartbeats: gossipsub::IdentTopic,
+    /// The most recent failed dials (bounded), for the status file and joiners.
+    pub(super) dial_failures: super::dial_failures::DialFailures,
 }
 
 impl EventLoop {
@@ -134,6 +136,7 @@ impl EventLoop {
             record_due: None,
             nat: Default::default(),
             heartbeats: super::heartbeats::topic(&cfg.run_name),
+            dial_failures: Default::default(),
         };
         event_loop.apply_loaded_bans();
         event_loop

@@ -59,6 +59,7 @@ impl EventLoop {
             relay: self.nat_relay_stats(),
             bootstrap: self.bootstrap.iter().map(|a| a.to_string()).collect(),
             max_upload_bytes_per_sec: self.uploads.cap(),
+            dial_failures: self.dial_failures.snapshot(),
         }
     }
 

@@ -83,6 +83,7 @@ impl EventLoop {
                 self.swarm.add_external_address(address);
             }
             SwarmEvent::OutgoingConnectionError { peer_id, error, .. } => {
+                self.dial_failures.record(peer_id, &error, self.started.elapsed().as_secs());
                 let who = peer_id.map_or_else(|| "unknown peer".to_string(), |p| p.to_string());
                 // A transport failure is what a person needs to see (a bootstrap address that
                 // is wrong, unreachable, or a private swarm); once per peer per window.
@@ -142,6 +143,8 @@ impl EventLoop {
             return;
         }
         self.nat_identified(peer, &info);
+        let manifest = crate::advert::manifest_of(&info.agent_version);
+        self.emit(NetEvent::PeerIdentified { peer, manifest });
         if !info.protocols.contains(&KAD_PROTOCOL) {
             return;
         }
