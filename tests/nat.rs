@@ -108,6 +108,14 @@ fn peers_behind_nat_connect_directly_or_through_the_relay_train_and_agree() {
             })
         })
     });
+    // What a person reads: peer c is private, and its links are relayed.
+    let out = Command::new(env!("CARGO_BIN_EXE_atoll"))
+        .args(["status", "--run-dir"])
+        .arg(&peers[2].spec.dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("reach    private") && text.contains("(relayed)"), "{text}");
     let ids: Vec<String> = peers.iter().filter_map(Peer::peer_id).collect();
     let pairs: Vec<LinkKind> = peers
         .iter()

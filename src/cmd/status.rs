@@ -73,6 +73,27 @@ pub fn unix_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
+/// Whether others can dial this peer, and its relay side.
+fn reachability(st: &atoll_net::NetStats) -> String {
+    let r = &st.relay;
+    let how = match st.reachability {
+        atoll_net::Reachability::Public => "public (others can dial it)",
+        atoll_net::Reachability::Private => "private (behind NAT: reachable through relays)",
+        atoll_net::Reachability::Unknown => "unknown (not probed yet)",
+    };
+    let mut out = format!("reach    {how}; relay slots held {}", r.reservations.len());
+    if r.serving {
+        out += &format!(
+            "; relaying for {} peers, {} circuits so far",
+            r.reservations_served, r.circuits_served
+        );
+    }
+    if r.holepunch_ok + r.holepunch_failed > 0 {
+        out += &format!("; hole punches {} ok, {} failed", r.holepunch_ok, r.holepunch_failed);
+    }
+    out + "\n"
+}
+
 fn human(s: &StatusFile) -> String {
     let now = unix_ms();
     let age = now.saturating_sub(s.updated_unix_ms);
@@ -94,9 +115,17 @@ fn human(s: &StatusFile) -> String {
         st.connected,
         st.routing_table_size
     );
+    let links: std::collections::HashMap<&str, &atoll_net::PeerLink> =
+        st.links.iter().map(|l| (l.peer.as_str(), l)).collect();
     for p in &st.run_peers {
-        out += &format!("         {p}\n");
+        let link = match links.get(p.as_str()).map(|l| l.kind) {
+            Some(atoll_net::LinkKind::Direct) => " (direct)",
+            Some(atoll_net::LinkKind::Relayed) => " (relayed)",
+            None => "",
+        };
+        out += &format!("         {p}{link}\n");
     }
+    out += &reachability(st);
     out += &format!(
         "traffic  {} sent, {} received (blob {} / {}, announce {} / {})\n",
         bytes(st.bytes_sent),
