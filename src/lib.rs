@@ -16,6 +16,7 @@
 //! - [`node`]: a training peer: trainer thread + protocol core + `atoll-net`.
 //! - [`sample`]: text generation from a trained model.
 //! - [`chaos`]: the chaos harness's seeded fault schedule and its goodput/uptime figures.
+//! - [`web`]: the status page and Prometheus metrics a peer serves (`--http`, `--metrics-addr`).
 
 pub mod backend;
 pub mod baseline;
@@ -34,3 +35,4 @@ pub mod proto;
 pub mod sample;
 pub mod sim;
 pub mod train;
+pub mod web;

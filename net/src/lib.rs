@@ -57,7 +57,9 @@ pub mod transport;
 pub use blob::{BlobHash, ChunkList, CHUNK_SIZE};
 pub use client::{NetClient, NetEvent};
 pub use config::{NetConfig, DEFAULT_RUN_NAME};
-pub use counters::{ByteCount, LinkKind, NetStats, PeerLink, Reachability, RejectReason, RelayStats};
+pub use counters::{
+    ByteCount, LinkKind, NetStats, PeerLink, Reachability, RejectReason, RelayStats,
+};
 pub use error::{AnnounceError, FetchError, IdentityError, NetError, StoreError};
 pub use libp2p::identity::Keypair;
 pub use libp2p::{Multiaddr, PeerId};

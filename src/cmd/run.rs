@@ -4,7 +4,7 @@
 //! [`atoll::node`]); `--no-train` starts a bootstrap/relay peer that serves the DHT, gossip
 //! and blobs without training.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
@@ -13,6 +13,7 @@ use atoll::data::Shard;
 use atoll::manifest::{self, Manifest};
 use atoll::node::{self, status, NodeOptions};
 use atoll::train::TrainConfig;
+use atoll::web::{self, Board};
 use atoll_net::limiter::mbps_to_bytes_per_sec;
 use atoll_net::{identity, Multiaddr, NetConfig, NetEvent, NetStats, Node, DEFAULT_RUN_NAME};
 
@@ -96,6 +97,13 @@ pub struct Args {
     /// With `--method dp|diloco`: longest wait at a barrier, and for the group to form.
     #[arg(long, value_name = "SECS", default_value_t = 60)]
     pub barrier_timeout: u64,
+    /// Serve a live status page (loss and val_bpb curves, peers, rounds, bytes) on this
+    /// address, e.g. `127.0.0.1:8080` (port 0: any free port, named in status.json).
+    #[arg(long = "http", value_name = "ADDR")]
+    pub http: Option<std::net::SocketAddr>,
+    /// Serve Prometheus metrics at `/metrics` on this address (port 0: any free port).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// What an `atoll run` peer runs.
@@ -124,6 +132,9 @@ pub fn main(args: Args) -> anyhow::Result<()> {
         if !(mbps.is_finite() && mbps > 0.0) {
             bail!("--max-upload-mbps must be a positive number, got {mbps}");
         }
+    }
+    if args.method != Method::Atoll && (args.http.is_some() || args.metrics_addr.is_some()) {
+        bail!("--http and --metrics-addr serve atoll peers (training or --no-train), not --method dp|diloco");
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -226,6 +237,7 @@ async fn train(args: Args) -> anyhow::Result<()> {
             Shard { index, count: DEFAULT_SHARDS }
         }
     };
+    let (board, servers) = start_web(&args).await?;
     let opts = NodeOptions {
         manifest,
         corpus,
@@ -242,8 +254,13 @@ async fn train(args: Args) -> anyhow::Result<()> {
                 println!("listening {a}");
             }
         })),
+        board,
     };
-    let report = node::run(opts, shutdown_signal()).await?;
+    let report = node::run(opts, shutdown_signal()).await;
+    if let Some(s) = servers {
+        s.shutdown().await;
+    }
+    let report = report?;
     println!(
         "finished at step {} ({} tokens); final val_bpb {:.3}; anchors {}",
         report.step,
@@ -313,6 +330,15 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         println!("listening {a}");
     }
     let status_path = args.run_dir.join(status::FILE_NAME);
+    let (board, servers) = start_web(&args).await?;
+    let endpoints = board.as_ref().map(Board::endpoints).unwrap_or_default();
+    let publish = |running: bool, stats: NetStats| {
+        if let Some(b) = &board {
+            b.set_status(running, stats.clone(), None);
+        }
+        status::write_with(&status_path, running, stats, None, endpoints.clone())
+            .with_context(|| format!("cannot write {}", status_path.display()))
+    };
     let mut tick = tokio::time::interval(STATUS_PERIOD);
     let stop = shutdown_signal();
     tokio::pin!(stop);
@@ -321,8 +347,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             biased;
             _ = &mut stop => break,
             _ = tick.tick() => {
-                let stats = node.client.stats().await?;
-                write_status(&status_path, true, stats)?;
+                publish(true, node.client.stats().await?)?;
             }
             Some(event) = node.events.recv() => log_event(&event),
         }
@@ -330,8 +355,28 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     tracing::info!("stopping");
     let last = node.client.stats().await?;
     node.handle.shutdown().await?;
-    write_status(&status_path, false, last)?;
+    publish(false, last)?;
+    if let Some(s) = servers {
+        s.shutdown().await;
+    }
     Ok(())
+}
+
+/// Starts the status page and metrics servers the flags ask for (none by default).
+async fn start_web(args: &Args) -> anyhow::Result<(Option<Board>, Option<web::Servers>)> {
+    if args.http.is_none() && args.metrics_addr.is_none() {
+        return Ok((None, None));
+    }
+    let board = Board::new();
+    let opts = web::WebOptions { http: args.http, metrics: args.metrics_addr };
+    let servers = web::start(opts, &board).await?;
+    if let Some(a) = &servers.endpoints.http_addr {
+        println!("status page http://{a}/");
+    }
+    if let Some(a) = &servers.endpoints.metrics_addr {
+        println!("metrics http://{a}/metrics");
+    }
+    Ok((Some(board), Some(servers)))
 }
 
 fn log_event(event: &NetEvent) {
@@ -343,9 +388,4 @@ fn log_event(event: &NetEvent) {
         }
         other => tracing::info!(event = ?other, "network event"),
     }
-}
-
-fn write_status(path: &Path, running: bool, stats: NetStats) -> anyhow::Result<()> {
-    status::write(path, running, stats, None)
-        .with_context(|| format!("cannot write {}", path.display()))
 }
