@@ -82,9 +82,9 @@ async fn connection(stream: TcpStream, board: Board, routes: Routes, _slot: Owne
         .max_buf_size(MAX_BUF)
         .max_headers(MAX_HEADERS)
         .serve_connection(TokioIo::new(stream), service);
-    match tokio::time::timeout(CONNECTION_LIFETIME, conn).await {
-        Ok(Err(e)) => tracing::trace!(error = %e, "HTTP connection ended"),
-        Ok(Ok(())) | Err(_) => {}
+    // A connection past its lifetime is dropped, which closes it.
+    if let Ok(Err(e)) = tokio::time::timeout(CONNECTION_LIFETIME, conn).await {
+        tracing::trace!(error = %e, "HTTP connection ended");
     }
 }
 
