@@ -301,7 +301,10 @@ fn the_status_page_shows_a_live_swarm_in_chromium() {
     assert!(curve >= 20, "the loss curve has {curve} points at step {step1}");
     let curve_step: u64 = num(&dom, "loss-plot", "data-step");
     assert!(curve_step + 50 >= step1 && curve_step <= steps, "curve ends at {curve_step}");
-    eprintln!("first load: step {step1} (status.json {}), {curve} loss points, {polls} polls", tb.step);
+    eprintln!(
+        "first load: step {step1} (status.json {}), {curve} loss points, {polls} polls",
+        tb.step
+    );
     let peer1 = peers[1].peer_id().unwrap();
     assert!(dom.contains(&format!("data-peer=\"{peer1}\"")), "peer 1 not on the page\n{dom}");
 
