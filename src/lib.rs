@@ -20,6 +20,7 @@
 //! - [`heartbeat`]: the heartbeat every peer gossips (codec) and the table of the run's
 //!   peers built from them (`swarm.json`, `atoll status --swarm`).
 //! - [`doctor`]: self-diagnosis from `status.json` and `swarm.json` (`atoll doctor`).
+//! - [`web`]: the status page and Prometheus metrics a peer serves (`--http`, `--metrics-addr`).
 
 pub mod backend;
 pub mod baseline;
@@ -41,3 +42,4 @@ pub mod proto;
 pub mod sample;
 pub mod sim;
 pub mod train;
+pub mod web;

@@ -99,6 +99,9 @@ pub struct NodeOptions {
     /// Called once the network listens, with this peer's id and listen addresses (the
     /// command line prints them for others to bootstrap from).
     pub on_listening: Option<OnListening>,
+    /// The status page's and metrics' board (`--http`, `--metrics-addr`), fed with each
+    /// status and each step's loss; `None` when neither is served.
+    pub board: Option<crate::web::Board>,
 }
 
 /// How a node ended.
@@ -176,7 +179,8 @@ async fn serve<N: Network>(
         checkpoint_every: opts.checkpoint_every.max(1),
         hold: late,
     };
-    let disk = disk::Disk::start(opts.run_dir.clone()).map_err(NodeError::Thread)?;
+    let endpoints = opts.board.as_ref().map(|b| b.endpoints()).unwrap_or_default();
+    let disk = disk::Disk::start(opts.run_dir.clone(), endpoints).map_err(NodeError::Thread)?;
     let worker = std::thread::Builder::new()
         .name("atoll-trainer".into())
         .spawn(move || worker::run(setup, worker_rx, worker_tx))
@@ -227,6 +231,7 @@ async fn serve<N: Network>(
         reannounce_late: None,
         allow: opts.net.allow.clone(),
         holding: late.then_some(clock + period * 2 + QUIET_MARGIN_MS),
+        board: opts.board.clone(),
     };
     if late {
         tracing::info!("joining a running swarm: fetching its anchors before training");
@@ -237,9 +242,12 @@ async fn serve<N: Network>(
     lp.to_worker = mpsc::channel(1).0;
     let _ = worker.join();
     lp.settle().await;
-    let Loop { net, disk, status, beacon, .. } = lp;
+    let Loop { net, disk, status, beacon, board, .. } = lp;
     if let Ok(stats) = net.stats().await {
         disk.write_swarm(beacon.view(&net.peer_id(), status::unix_ms()));
+        if let Some(b) = &board {
+            b.set_status(false, stats.clone(), Some(status.clone()));
+        }
         disk.write_status(false, stats, status);
     }
     disk.finish();
@@ -282,6 +290,8 @@ struct Loop<N> {
     allow: Option<HashSet<atoll_net::PeerId>>,
     /// Our heartbeats and the table of the run's peers from theirs.
     beacon: heartbeats::Beacon,
+    /// What the status page and metrics show (`None`: not served).
+    board: Option<crate::web::Board>,
 }
 
 impl<N: Network> Loop<N> {
@@ -360,6 +370,9 @@ impl<N: Network> Loop<N> {
                     self.reap();
                     if let Ok(stats) = self.net.stats().await {
                         self.beat(&stats).await;
+                        if let Some(b) = &self.board {
+                            b.set_status(true, stats.clone(), Some(self.status.clone()));
+                        }
                         self.disk.write_status(true, stats, self.status.clone());
                     }
                     if self.status.trained && !self.finishing

@@ -66,6 +66,7 @@ impl Peer {
             duration: None,
             checkpoint_every: 50,
             on_listening: None,
+            board: None,
         };
         let (net, events) = swarm.join(id);
         let (stop, stopped) = oneshot::channel::<()>();

@@ -15,6 +15,7 @@ use atoll::data::Shard;
 use atoll::manifest::{self, Manifest};
 use atoll::node::{self, NodeOptions};
 use atoll::train::TrainConfig;
+use atoll::web::{self, Board};
 use atoll_net::limiter::mbps_to_bytes_per_sec;
 use atoll_net::{identity, Multiaddr, NetConfig, NetEvent, Node, DEFAULT_RUN_NAME};
 
@@ -106,6 +107,13 @@ pub struct Args {
     /// With `--method dp|diloco`: longest wait at a barrier, and for the group to form.
     #[arg(long, value_name = "SECS", default_value_t = 60)]
     pub barrier_timeout: u64,
+    /// Serve a live status page (loss and val_bpb curves, peers, rounds, bytes) on this
+    /// address, e.g. `127.0.0.1:8080` (port 0: any free port, named in status.json).
+    #[arg(long = "http", value_name = "ADDR")]
+    pub http: Option<std::net::SocketAddr>,
+    /// Serve Prometheus metrics at `/metrics` on this address (port 0: any free port).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// What an `atoll run` peer runs.
@@ -134,6 +142,9 @@ pub fn main(mut args: Args) -> anyhow::Result<()> {
         if !(mbps.is_finite() && mbps > 0.0) {
             bail!("--max-upload-mbps must be a positive number, got {mbps}");
         }
+    }
+    if args.method != Method::Atoll && (args.http.is_some() || args.metrics_addr.is_some()) {
+        bail!("--http and --metrics-addr serve atoll peers (training or --no-train), not --method dp|diloco");
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -247,6 +258,7 @@ async fn train(args: Args) -> anyhow::Result<()> {
         }
     };
     let run_id = manifest.run_id();
+    let (board, servers) = start_web(&args).await?;
     let opts = NodeOptions {
         manifest,
         corpus,
@@ -264,8 +276,13 @@ async fn train(args: Args) -> anyhow::Result<()> {
             }
             join::print_line(run_id, addrs);
         })),
+        board,
     };
-    let report = node::run(opts, shutdown_signal()).await?;
+    let report = node::run(opts, shutdown_signal()).await;
+    if let Some(s) = servers {
+        s.shutdown().await;
+    }
+    let report = report?;
     println!(
         "finished at step {} ({} tokens); final val_bpb {:.3}; anchors {}",
         report.step,
@@ -345,19 +362,41 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         node.client.put_blob(m.to_bytes().into())?;
         join::print_line(m.run_id(), &node.listen_addrs);
     }
+    let (board, servers) = start_web(&args).await?;
     // Heartbeats, the swarm table, status.json and swarm.json, as a training peer has.
     let served = node::serve_without_training(
         node.client.clone(),
         &mut node.events,
         args.run_dir.clone(),
+        board,
         shutdown_signal(),
         log_event,
     )
     .await;
     tracing::info!("stopping");
+    if let Some(s) = servers {
+        s.shutdown().await;
+    }
     node.handle.shutdown().await?;
     served?;
     Ok(())
+}
+
+/// Starts the status page and metrics servers the flags ask for (none by default).
+async fn start_web(args: &Args) -> anyhow::Result<(Option<Board>, Option<web::Servers>)> {
+    if args.http.is_none() && args.metrics_addr.is_none() {
+        return Ok((None, None));
+    }
+    let board = Board::new();
+    let opts = web::WebOptions { http: args.http, metrics: args.metrics_addr };
+    let servers = web::start(opts, &board).await?;
+    if let Some(a) = &servers.endpoints.http_addr {
+        println!("status page http://{a}/");
+    }
+    if let Some(a) = &servers.endpoints.metrics_addr {
+        println!("metrics http://{a}/metrics");
+    }
+    Ok((Some(board), Some(servers)))
 }
 
 fn log_event(event: &NetEvent) {

@@ -109,6 +109,12 @@ fn human(s: &StatusFile) -> String {
     for a in &st.listen_addrs {
         out += &format!("listen   {a}\n");
     }
+    if let Some(a) = &s.endpoints.http_addr {
+        out += &format!("page     http://{a}/\n");
+    }
+    if let Some(a) = &s.endpoints.metrics_addr {
+        out += &format!("metrics  http://{a}/metrics\n");
+    }
     out += &format!(
         "peers    {} in the run, {} connected, {} in the routing table\n",
         st.run_peers.len(),

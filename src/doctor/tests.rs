@@ -21,6 +21,7 @@ fn status() -> StatusFile {
     StatusFile {
         running: true,
         pid: 4242,
+        endpoints: Default::default(),
         updated_unix_ms: NOW,
         stats: NetStats {
             peer_id: ME.into(),

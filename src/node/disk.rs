@@ -58,13 +58,14 @@ impl Shared {
 }
 
 impl Disk {
-    pub fn start(run_dir: PathBuf) -> std::io::Result<Disk> {
+    /// `endpoints`: where the status page and metrics are served, named in `status.json`.
+    pub fn start(run_dir: PathBuf, endpoints: status::Endpoints) -> std::io::Result<Disk> {
         let shared =
             Arc::new(Shared { pending: Mutex::new(Pending::default()), wake: Condvar::new() });
         let theirs = shared.clone();
         let thread = std::thread::Builder::new()
             .name("atoll-disk".into())
-            .spawn(move || write_pending(run_dir, &theirs))?;
+            .spawn(move || write_pending(run_dir, &endpoints, &theirs))?;
         Ok(Disk { shared, thread: Some(thread) })
     }
 
@@ -125,7 +126,7 @@ impl Drop for Disk {
     }
 }
 
-fn write_pending(run_dir: PathBuf, shared: &Shared) {
+fn write_pending(run_dir: PathBuf, endpoints: &status::Endpoints, shared: &Shared) {
     let mut ledger = ledger::Ledger::new(&run_dir);
     let status_path = run_dir.join(status::FILE_NAME);
     let swarm_path = run_dir.join(heartbeats::FILE_NAME);
@@ -158,7 +159,8 @@ fn write_pending(run_dir: PathBuf, shared: &Shared) {
             }
         }
         if let Some((running, stats, training)) = batch.status {
-            if let Err(e) = status::write(&status_path, running, stats, training) {
+            let endpoints = endpoints.clone();
+            if let Err(e) = status::write_with(&status_path, running, stats, training, endpoints) {
                 tracing::warn!(path = %status_path.display(), error = %e, "cannot write status.json");
             }
         }
@@ -178,7 +180,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let tensors = vec![TensorSpec { name: "w".into(), shape: vec![4], is_embedding: false }];
         let plan = FragmentPlan::new(&tensors, 1).unwrap();
-        let disk = Disk::start(dir.path().to_owned()).unwrap();
+        let disk = Disk::start(dir.path().to_owned(), status::Endpoints::default()).unwrap();
         let mut last = FragmentState::initial(0, vec![0.0; 4]);
         for round in 1..=50 {
             last = FragmentState::initial(0, vec![round as f32; 4]);

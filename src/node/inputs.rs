@@ -30,10 +30,16 @@ impl<N: super::Network> Loop<N> {
                 self.status.loss = Some(loss);
                 self.status.tokens_per_s = tokens_per_s;
                 self.last_change = self.now();
+                if let Some(b) = &self.board {
+                    b.record_loss(step, f64::from(loss));
+                }
             }
             FromWorker::Validation(r) => {
                 self.status.val_bpb = Some(r.val_bpb);
                 self.status.tokens = r.tokens;
+                if let Some(b) = &self.board {
+                    b.record_val_bpb(r.step, r.val_bpb);
+                }
                 tracing::info!(step = r.step, val_bpb = format!("{:.3}", r.val_bpb), "validation");
             }
             FromWorker::Trained { step } => {

@@ -13,20 +13,29 @@ use tokio::sync::mpsc;
 use super::heartbeats::Beacon;
 use super::status::unix_ms;
 use super::{disk, Network, NodeError};
+use crate::web::Board;
 
 /// How often the status file is rewritten.
 const STATUS_PERIOD: Duration = Duration::from_millis(500);
 
 /// Serves until `stop` resolves; every network event is shown to `on_event` (the command
-/// line logs them). Writes the final status (`running: false`) before returning.
+/// line logs them). `board` (the status page and metrics, when served) gets each status.
+/// Writes the final status (`running: false`) before returning.
 pub async fn serve_without_training<N: Network>(
     net: N,
     events: &mut mpsc::Receiver<NetEvent>,
     run_dir: PathBuf,
+    board: Option<Board>,
     stop: impl Future<Output = ()>,
     mut on_event: impl FnMut(&NetEvent),
 ) -> Result<(), NodeError> {
-    let disk = disk::Disk::start(run_dir).map_err(NodeError::Thread)?;
+    let endpoints = board.as_ref().map(Board::endpoints).unwrap_or_default();
+    let disk = disk::Disk::start(run_dir, endpoints).map_err(NodeError::Thread)?;
+    let show = |running: bool, stats: &atoll_net::NetStats| {
+        if let Some(b) = &board {
+            b.set_status(running, stats.clone(), None);
+        }
+    };
     let me = net.peer_id();
     let mut beacon = Beacon::new(unix_ms());
     let mut tick = tokio::time::interval(STATUS_PERIOD);
@@ -45,6 +54,7 @@ pub async fn serve_without_training<N: Network>(
                 if let Some(view) = beacon.tick(&me, &stats, None, now) {
                     disk.write_swarm(view);
                 }
+                show(true, &stats);
                 disk.write_net_status(true, stats);
             }
             Some(event) = events.recv() => {
@@ -63,6 +73,7 @@ pub async fn serve_without_training<N: Network>(
     }
     let stats = net.stats().await?;
     disk.write_swarm(beacon.view(&me, unix_ms()));
+    show(false, &stats);
     disk.write_net_status(false, stats);
     disk.finish();
     Ok(())

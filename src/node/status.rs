@@ -90,6 +90,18 @@ pub struct StatusFile {
     /// Present on training peers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub training: Option<TrainingStatus>,
+    /// Where this peer serves its status page and metrics (`--http`, `--metrics-addr`).
+    #[serde(flatten)]
+    pub endpoints: Endpoints,
+}
+
+/// Addresses of the status page and metrics servers, once bound (`None`: not served).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Endpoints {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_addr: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_addr: Option<String>,
 }
 
 /// Milliseconds since the Unix epoch.
@@ -104,12 +116,24 @@ pub fn write(
     stats: NetStats,
     training: Option<TrainingStatus>,
 ) -> std::io::Result<()> {
+    write_with(path, running, stats, training, Endpoints::default())
+}
+
+/// [`write`], naming where the status page and metrics are served.
+pub fn write_with(
+    path: &Path,
+    running: bool,
+    stats: NetStats,
+    training: Option<TrainingStatus>,
+    endpoints: Endpoints,
+) -> std::io::Result<()> {
     let status = StatusFile {
         running,
         pid: std::process::id(),
         updated_unix_ms: unix_ms(),
         stats,
         training,
+        endpoints,
     };
     let tmp = path.with_extension("json.tmp");
     std::fs::write(&tmp, serde_json::to_vec_pretty(&status)?)?;
