@@ -5,6 +5,7 @@
 //! and blobs without training.
 
 mod join;
+mod web;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -15,7 +16,6 @@ use atoll::data::Shard;
 use atoll::manifest::{self, Manifest};
 use atoll::node::{self, NodeOptions};
 use atoll::train::TrainConfig;
-use atoll::web::{self, Board};
 use atoll_net::limiter::mbps_to_bytes_per_sec;
 use atoll_net::{identity, Multiaddr, NetConfig, NetEvent, Node, DEFAULT_RUN_NAME};
 
@@ -258,7 +258,7 @@ async fn train(args: Args) -> anyhow::Result<()> {
         }
     };
     let run_id = manifest.run_id();
-    let (board, servers) = start_web(&args).await?;
+    let (board, servers) = web::start(&args).await?;
     let opts = NodeOptions {
         manifest,
         corpus,
@@ -362,7 +362,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         node.client.put_blob(m.to_bytes().into())?;
         join::print_line(m.run_id(), &node.listen_addrs);
     }
-    let (board, servers) = start_web(&args).await?;
+    let (board, servers) = web::start(&args).await?;
     // Heartbeats, the swarm table, status.json and swarm.json, as a training peer has.
     let served = node::serve_without_training(
         node.client.clone(),
@@ -380,23 +380,6 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     node.handle.shutdown().await?;
     served?;
     Ok(())
-}
-
-/// Starts the status page and metrics servers the flags ask for (none by default).
-async fn start_web(args: &Args) -> anyhow::Result<(Option<Board>, Option<web::Servers>)> {
-    if args.http.is_none() && args.metrics_addr.is_none() {
-        return Ok((None, None));
-    }
-    let board = Board::new();
-    let opts = web::WebOptions { http: args.http, metrics: args.metrics_addr };
-    let servers = web::start(opts, &board).await?;
-    if let Some(a) = &servers.endpoints.http_addr {
-        println!("status page http://{a}/");
-    }
-    if let Some(a) = &servers.endpoints.metrics_addr {
-        println!("metrics http://{a}/metrics");
-    }
-    Ok((Some(board), Some(servers)))
 }
 
 fn log_event(event: &NetEvent) {
