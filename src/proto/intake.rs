@@ -169,6 +169,11 @@ impl Protocol {
         if lane.insert(hash, held, w) {
             self.check_quorum(p, now, out);
         }
+        // Its votes may show we are behind (a joiner hears the states before it has
+        // credited anyone): catch up now, not at the next vote or timer.
+        if self.behind(p) {
+            self.reconcile(p, now, out);
+        }
     }
 }
 

@@ -235,6 +235,24 @@ fn a_state_nobody_can_serve_is_not_chased_round_after_round() {
     assert_eq!(fetches(&p.handle(vote(6), t + 2_100)), 1);
 }
 
+/// A joiner hears the swarm's states before it has credited any voter; once it accepts a
+/// voter's contribution it catches up at once, not at that voter's next announcement.
+#[test]
+fn crediting_a_voter_catches_up_at_once() {
+    let mut p = peer(1, 0);
+    p.start(0);
+    let x = ContentHash::of(b"the swarm's state");
+    let fetches_x =
+        |out: &[Output]| out.iter().any(|o| matches!(o, Output::Fetch { hash, .. } if *hash == x));
+    let s = StateAnnounce { fragment: 0, round: 5, hash: x, size: 100 };
+    let out = p.handle(Event::Message { from: PeerId(9), msg: Message::State(s) }, 5_500);
+    assert!(!fetches_x(&out), "a vote of a peer with no verified work made us fetch");
+    let (c, bytes) = delta_by(9, 5, 0.01);
+    p.handle(Event::Message { from: PeerId(9), msg: Message::Contribution(c.clone()) }, 5_500);
+    let out = p.handle(Event::Fetched { from: PeerId(9), hash: c.hash, bytes }, 5_500);
+    assert!(fetches_x(&out), "the voter is credited but its state was not fetched");
+}
+
 /// The core asks for a payload once, with every holder and a deadline; it never asks
 /// again while the fetch runs (retries are the transport's), and cancels it at the
 /// deadline.
