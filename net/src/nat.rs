@@ -21,6 +21,8 @@ use libp2p::{autonat, relay};
 
 /// Relays a private node holds reservations on at once.
 pub const MAX_RESERVATIONS: usize = 2;
+/// Times a failed hole punch to one peer is tried again (each on a fresh circuit).
+pub const MAX_PUNCH_RETRIES: u32 = 2;
 /// Relay candidates (connected peers that serve the relay protocol) remembered.
 pub const MAX_RELAY_CANDIDATES: usize = 16;
 

@@ -16,7 +16,10 @@ use tracing::{debug, info, warn};
 
 use super::event_loop::EventLoop;
 use crate::counters::{LinkKind, PeerLink, Reachability, RelayStats};
-use crate::nat::{MAX_RELAY_CANDIDATES, MAX_RESERVATIONS};
+use crate::nat::{MAX_PUNCH_RETRIES, MAX_RELAY_CANDIDATES, MAX_RESERVATIONS};
+
+/// Peers whose hole-punch retries are remembered.
+const MAX_PUNCH_PEERS: usize = 1024;
 
 /// The swarm task's NAT state. Everything is bounded: connections by the connection
 /// limits, candidates by [`MAX_RELAY_CANDIDATES`], listeners by [`MAX_RESERVATIONS`].
@@ -36,6 +39,8 @@ pub(super) struct NatState {
     circuits_served: u64,
     holepunch_ok: u64,
     holepunch_failed: u64,
+    /// Hole punches retried per peer (bounded: cleared when full).
+    punch_retries: HashMap<PeerId, u32>,
 }
 
 /// One established connection.
@@ -216,9 +221,21 @@ impl EventLoop {
             }
             Err(e) => {
                 self.nat.holepunch_failed += 1;
-                if self.peers.may_log(event.remote_peer_id.to_string(), "holepunch") {
-                    info!(peer = %event.remote_peer_id, error = %e,
-                        "hole punching failed: staying on the relay");
+                let peer = event.remote_peer_id;
+                if self.peers.may_log(peer.to_string(), "holepunch") {
+                    info!(peer = %peer, error = %e, "hole punching failed: staying on the relay");
+                }
+                // A punch is a race of two simultaneous dials and can fail on timing alone:
+                // drop the circuit a few times, so that the next one (discovery re-dials the
+                // member through the relay) runs DCUtR again.
+                if self.nat.punch_retries.len() >= MAX_PUNCH_PEERS {
+                    self.nat.punch_retries.clear();
+                }
+                let direct = self.has_direct(&peer);
+                let tries = self.nat.punch_retries.entry(peer).or_insert(0);
+                if *tries < MAX_PUNCH_RETRIES && !direct {
+                    *tries += 1;
+                    self.close_relayed(peer);
                 }
             }
         }
