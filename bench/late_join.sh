@@ -4,11 +4,12 @@
 # its status.json reports `join_ms` (node start → first inner step, after taking the
 # swarm's anchors) and `join_rounds`. Usage:
 #   bench/late_join.sh [default|10m]        (needs target/release/atoll: cargo build --release)
+# KEEP_DIR=DIR keeps the peers' logs and run dirs there; JOINER_LOG sets the joiner's RUST_LOG.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=${1:-default}
 exe=${ATOLL:-target/release/atoll}
-dir=$(mktemp -d /tmp/atoll-late-join.XXXX)
+dir=${KEEP_DIR:-$(mktemp -d /tmp/atoll-late-join.XXXX)}
 trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true' EXIT
 
 # The default run manifest, written by a peer that exits at once, with the model swapped.
@@ -28,7 +29,9 @@ peer() { # index shard bootstrap...
   local args=(run --run-dir "$dir/peer-$i" --config "$dir/manifest.json" --shard "$shard"
     --duration 600 --listen /ip4/127.0.0.1/tcp/0 --no-mdns)
   for b in "$@"; do args+=(--bootstrap "$b"); done
-  RUST_LOG=info "$exe" "${args[@]}" >"$dir/peer-$i.log" 2>&1 &
+  local log=info
+  [[ $i == 2 ]] && log=${JOINER_LOG:-info}
+  RUST_LOG=$log "$exe" "${args[@]}" >"$dir/peer-$i.log" 2>&1 &
 }
 field() { python3 -c "import json,sys; s=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@" 2>/dev/null; }
 wait_for() { # what file expr
@@ -51,5 +54,6 @@ wait_for "the late peer's first step" "$dir/peer-2/status.json" \
   "s['training']['join_ms'] is not None"
 params=$(field "$dir/peer-2/status.json" "s['training']['param_count']")
 join=$(field "$dir/peer-2/status.json" "s['training']['join_ms']")
+release=$(field "$dir/peer-2/status.json" "s['training']['release_ms']")
 rounds=$(field "$dir/peer-2/status.json" "s['training']['join_rounds']")
-echo "model $model ($params parameters): join $join ms; swarm at round $swarm_round, joined at rounds $rounds"
+echo "model $model ($params parameters): join $join ms (trainer released at $release ms); swarm at round $swarm_round, joined at rounds $rounds"

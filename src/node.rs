@@ -26,6 +26,7 @@ pub mod ledger;
 pub mod memnet;
 pub mod network;
 mod observer;
+pub mod priority;
 mod setup;
 pub mod status;
 pub mod wire;
@@ -361,8 +362,10 @@ impl<N: Network> Loop<N> {
                 }
                 Some(ev) = events.recv() => self.on_net(ev).await,
                 Some(ev) = self.fetches.next(), if !self.fetches.is_empty() => {
+                    let began = std::time::Instant::now();
                     let outs = self.proto.handle(ev, self.now());
                     self.carry_out(outs).await;
+                    tracing::trace!(ms = began.elapsed().as_millis(), "fetched payload handled");
                 }
                 _ = tick.tick() => {
                     self.release_if_caught_up().await;

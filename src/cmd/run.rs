@@ -146,6 +146,11 @@ pub fn main(mut args: Args) -> anyhow::Result<()> {
     if args.method != Method::Atoll && (args.http.is_some() || args.metrics_addr.is_some()) {
         bail!("--http and --metrics-addr serve atoll peers (training or --no-train), not --method dp|diloco");
     }
+    if !args.no_train {
+        // Before any tensor work: burn's kernels run on this pool (ARCHITECTURE, "CPU
+        // priority").
+        atoll::node::priority::lower_compute_pool();
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

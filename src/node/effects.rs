@@ -80,10 +80,13 @@ impl<N: super::Network> Loop<N> {
     }
 
     /// Stores the announced payload (shared, not copied) so peers can fetch it, then
-    /// gossips the announcement.
+    /// gossips the announcement. A payload kept already (an adopted state was stored by its
+    /// fetch; a repeated announcement) is not chunk-hashed again: 8 bytes per parameter.
     pub(super) fn publish(&mut self, msg: Message, payload: Bytes) {
-        if let Err(e) = self.net.put_blob(payload) {
-            tracing::warn!(error = %e, "cannot store a payload for serving");
+        if !self.net.has_blob(&BlobHash(msg.payload_hash().0)) {
+            if let Err(e) = self.net.put_blob(payload) {
+                tracing::warn!(error = %e, "cannot store a payload for serving");
+            }
         }
         let payload = wire::encode(&self.run_id.0, &msg);
         let net = self.net.clone();
@@ -109,10 +112,16 @@ impl<N: super::Network> Loop<N> {
             holders.iter().filter_map(|p| self.peers.get(p).copied()).collect();
         let from = holders.first().copied().unwrap_or(PeerId(0));
         let budget = Duration::from_millis(deadline.saturating_sub(self.now()));
+        let holders = sources.len();
         self.fetches.start(hash, async move {
+            let began = std::time::Instant::now();
             let fetch = net.fetch(BlobHash(hash.0), sources, max_len);
             match tokio::time::timeout(budget, fetch).await {
-                Ok(Ok(bytes)) => Event::Fetched { from, hash, bytes },
+                Ok(Ok(bytes)) => {
+                    let ms = began.elapsed().as_millis();
+                    tracing::trace!(%hash, holders, bytes = bytes.len(), ms, "fetched");
+                    Event::Fetched { from, hash, bytes }
+                }
                 Ok(Err(e)) => {
                     tracing::debug!(error = %e, "fetch failed");
                     Event::FetchFailed { from, hash }

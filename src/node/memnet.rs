@@ -186,6 +186,10 @@ impl Network for MemNet {
         Ok(())
     }
 
+    fn has_blob(&self, hash: &BlobHash) -> bool {
+        self.lock().members.get(&self.me).is_some_and(|m| m.blobs.contains_key(hash))
+    }
+
     async fn publish(&self, payload: Vec<u8>) -> Result<(), NetError> {
         let hub = self.lock();
         let island = hub.island(&self.me).ok_or(NetError::Shutdown)?;

@@ -17,6 +17,8 @@ pub trait Network: Clone + Send + Sync + 'static {
     fn peer_id(&self) -> PeerId;
     /// Keeps `data` (shared, not copied) for peers to fetch, under `blake3(data)`.
     fn put_blob(&self, data: Bytes) -> Result<(), NetError>;
+    /// True if a payload with this hash is kept already (stored, or fetched earlier).
+    fn has_blob(&self, hash: &BlobHash) -> bool;
     /// Gossips an announcement to the run's peers.
     fn publish(&self, payload: Vec<u8>) -> impl Future<Output = Result<(), NetError>> + Send;
     /// Gossips this peer's heartbeat (see [`crate::heartbeat`]) to the run's peers.
@@ -46,6 +48,10 @@ impl Network for NetClient {
 
     fn put_blob(&self, data: Bytes) -> Result<(), NetError> {
         NetClient::put_blob(self, data).map(|_| ())
+    }
+
+    fn has_blob(&self, hash: &BlobHash) -> bool {
+        NetClient::has_blob(self, hash)
     }
 
     fn publish(&self, payload: Vec<u8>) -> impl Future<Output = Result<(), NetError>> + Send {

@@ -66,11 +66,15 @@ fn from_the_future(
     })
 }
 
+/// The protocol state: the saved anchors, or else the run's initial parameters — read from
+/// `initial` when it is a fresh trainer (its weights are the seed's draw), drawn again
+/// otherwise (a resumed trainer's weights have moved on).
 pub(super) fn open_protocol(
     opts: &NodeOptions,
     settings: &Settings,
     plan: &FragmentPlan,
-) -> Result<Protocol, NodeError> {
+    initial: Option<&Trainer>,
+) -> Result<(Protocol, bool), NodeError> {
     let seed = opts.manifest.train.seed ^ u64::from(opts.shard.index);
     let key_peer = atoll_net::PeerId::from(opts.net.keypair.public());
     let me = proto_peer(&key_peer);
@@ -78,7 +82,7 @@ pub(super) fn open_protocol(
         Ok(Some(states)) => match from_the_future(&states, settings, &opts.manifest) {
             None => {
                 tracing::info!(round = states[0].round, "resuming protocol state");
-                return Ok(Protocol::restore(me, settings.clone(), plan, states, seed)?);
+                return Ok((Protocol::restore(me, settings.clone(), plan, states, seed)?, true));
             }
             Some((fragment, round, now_round)) => tracing::warn!(
                 fragment,
@@ -93,8 +97,16 @@ pub(super) fn open_protocol(
             tracing::warn!(error = %e, "cannot read saved anchors; catching up from the swarm")
         }
     }
-    let init = initial_anchors(&opts.manifest.train, opts.backend, plan);
-    Ok(Protocol::new(me, settings.clone(), plan, init, seed)?)
+    let init = match initial {
+        // A second draw of a 10M-parameter model costs about half a second of a join.
+        Some(t) => plan
+            .fragments
+            .iter()
+            .map(|f| read_fragment(t.model(), f).expect("the plan was made from this model"))
+            .collect(),
+        None => initial_anchors(&opts.manifest.train, opts.backend, plan),
+    };
+    Ok((Protocol::new(me, settings.clone(), plan, init, seed)?, false))
 }
 
 /// A node's trainer and protocol state, opened from its run dir and manifest.
@@ -115,13 +127,40 @@ pub(super) fn open(opts: &NodeOptions) -> Result<Opened, NodeError> {
     let started_unix_ms = status::unix_ms();
     let (mut trainer, fresh) = open_trainer(opts)?;
     let plan = FragmentPlan::new(&tensor_specs(trainer.model()), settings.raw().fragments)?;
-    let proto = open_protocol(opts, &settings, &plan)?;
-    if fresh {
-        // A fresh peer starts from the current anchors (the run's initial parameters, or
-        // the saved ones), never from a draw of its own.
+    let (proto, saved) = open_protocol(opts, &settings, &plan, fresh.then_some(&trainer))?;
+    if fresh && saved {
+        // A fresh peer starts from the current anchors, never from a draw of its own (the
+        // run's initial parameters are the fresh trainer's own weights already).
         for spec in &plan.fragments {
             write_fragment(trainer.model_mut(), spec, &proto.state(spec.id).anchor)?;
         }
     }
     Ok(Opened { trainer, fresh, plan, proto, period: settings.period_ms(), started_unix_ms })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::{Corpus, Shard};
+
+    /// A fresh node reads the run's initial anchors off its own trainer instead of drawing
+    /// the model a second time: that is only right while both draws are the same, on every
+    /// shard (and while they depend on the seed).
+    #[test]
+    fn a_fresh_trainer_holds_the_runs_initial_anchors() {
+        let corpus = Corpus::embedded().unwrap();
+        let fresh = |seed, index| {
+            let shard = Shard { index, count: 3 };
+            Trainer::new(TrainConfig::tiny(seed), Backend::default(), &corpus, shard).unwrap()
+        };
+        let plan = FragmentPlan::new(&tensor_specs(fresh(7, 0).model()), 4).unwrap();
+        let own = |t: &Trainer| -> Vec<Vec<f32>> {
+            plan.fragments.iter().map(|f| read_fragment(t.model(), f).unwrap()).collect()
+        };
+        let init = initial_anchors(&TrainConfig::tiny(7), Backend::default(), &plan);
+        for index in 0..3 {
+            assert!(own(&fresh(7, index)) == init, "shard {index} starts elsewhere");
+        }
+        assert!(own(&fresh(8, 0)) != init, "another seed must draw other weights");
+    }
 }

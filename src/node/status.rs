@@ -50,10 +50,15 @@ pub struct TrainingStatus {
     /// Contributions dropped because they made a merge non-finite.
     #[serde(default)]
     pub nonfinite_dropped: u64,
-    /// Milliseconds from the start of this process's node to its first inner step (a late
-    /// joiner first takes the swarm's anchors), and the fragment rounds it started from.
+    /// Milliseconds from the start of this process's node to the end of its first inner
+    /// step (a late joiner first takes the swarm's anchors), and the fragment rounds it
+    /// started from.
     #[serde(default)]
     pub join_ms: Option<u64>,
+    /// Milliseconds from the start of the node to the release of a held late joiner's
+    /// trainer: the moment it starts its first step on the swarm's anchors.
+    #[serde(default)]
+    pub release_ms: Option<u64>,
     #[serde(default)]
     pub join_rounds: Vec<u64>,
     /// Parameters of the model.

@@ -83,6 +83,7 @@ pub struct WorkerSetup {
 
 /// Runs the training thread until [`ToWorker::Finish`] or the command channel closes.
 pub fn run(mut s: WorkerSetup, mut cmds: mpsc::Receiver<ToWorker>, out: mpsc::Sender<FromWorker>) {
+    super::priority::lower_this_thread();
     let mut w = Worker {
         since: vec![(0, 0); s.plan.len()],
         window: Window::new(),
@@ -184,8 +185,10 @@ impl Worker {
     }
 
     fn step(&mut self, s: &mut WorkerSetup, out: &mpsc::Sender<FromWorker>) -> Result<(), String> {
+        let began = Instant::now();
         let stats = s.trainer.step();
         let step = s.trainer.state().step;
+        tracing::trace!(step, ms = began.elapsed().as_millis(), "inner step");
         if !stats.loss.is_finite() {
             return Err(format!("training diverged at step {step} (loss {})", stats.loss));
         }

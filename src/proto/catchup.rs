@@ -8,6 +8,7 @@ use super::schedule::Millis;
 use super::state::FragmentState;
 use super::PeerId;
 use crate::delta::ContentHash;
+use bytes::Bytes;
 use rand::Rng;
 
 impl Protocol {
@@ -93,7 +94,7 @@ impl Protocol {
         &mut self,
         from: PeerId,
         hash: ContentHash,
-        bytes: &[u8],
+        bytes: Bytes,
         p: usize,
         voted_round: u64,
         now: Millis,
@@ -101,7 +102,7 @@ impl Protocol {
     ) {
         let lane = &mut self.lanes[p];
         lane.state_fetch = None;
-        let state = match FragmentState::from_bytes(bytes, &lane.spec) {
+        let state = match FragmentState::from_bytes(&bytes, &lane.spec) {
             Ok(s) => s,
             Err(e) => return self.reject(from, hash, Offence::BadPayload, e.to_string(), out),
         };
@@ -140,6 +141,7 @@ impl Protocol {
             }
             Evidence::Unverifiable => {}
         }
-        out.extend(lane.adopt(self.me, state, hash, &self.settings, &mut self.metrics));
+        // The fetched bytes are the state's wire form: their hash was checked on arrival.
+        out.extend(lane.adopt(self.me, state, hash, bytes, &self.settings, &mut self.metrics));
     }
 }

@@ -174,7 +174,7 @@ impl Protocol {
                 return Some(h.bytes.clone());
             }
             if lane.state_hash == *hash {
-                return Some(lane.state.to_bytes().into());
+                return Some(lane.state_bytes.clone());
             }
         }
         None
@@ -216,7 +216,7 @@ impl Protocol {
                     hash: lane.state_hash,
                     size: lane.state.wire_len() as u64,
                 });
-                out.push(Output::Publish { msg, payload: lane.state.to_bytes().into() });
+                out.push(Output::Publish { msg, payload: lane.state_bytes.clone() });
             }
         }
         out

@@ -109,7 +109,7 @@ impl Protocol {
         match f.kind {
             Kind::Delta { .. } => self.accept_delta(from, hash, bytes, &f, now, out),
             Kind::State { round } => {
-                self.accept_state(from, hash, &bytes, f.fragment, round, now, out)
+                self.accept_state(from, hash, bytes, f.fragment, round, now, out)
             }
         }
     }

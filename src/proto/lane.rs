@@ -10,6 +10,7 @@ use super::state::FragmentState;
 use super::{Millis, PeerId, Settings};
 use crate::delta::{ContentHash, ErrorFeedback, Limits};
 use crate::fragment::FragmentSpec;
+use bytes::Bytes;
 
 /// Most (author, round) pairs remembered as equivocating, per fragment.
 const MAX_EQUIVOCATORS: usize = 4096;
@@ -35,6 +36,10 @@ pub(crate) struct Lane {
     pub spec: FragmentSpec,
     pub state: FragmentState,
     pub state_hash: ContentHash,
+    /// The wire form of `state` (what `state_hash` hashes), made once per merge or taken as
+    /// fetched at adoption: announcing, re-announcing and serving the state then copy
+    /// nothing (shared with the payload store while it keeps it).
+    pub state_bytes: Bytes,
     pub feedback: ErrorFeedback,
     pub votes: Votes,
     /// By content hash. Walks over it are in map order; the merge sorts its inputs and
@@ -100,6 +105,7 @@ impl Lane {
         Self {
             spec,
             state_hash: state.hash(),
+            state_bytes: state.to_bytes().into(),
             state,
             feedback: ErrorFeedback::new(numel),
             votes: Votes::new(me, peers),
@@ -246,7 +252,8 @@ impl Lane {
                 h.merged_at = Some(round);
             }
         }
-        self.state_hash = self.state.hash();
+        self.state_bytes = self.state.to_bytes().into();
+        self.state_hash = ContentHash::of(&self.state_bytes);
         self.votes.record(me, round, self.state_hash);
         self.prune(round, w, m);
         m.merges += 1;
@@ -281,7 +288,7 @@ impl Lane {
             hash: self.state_hash,
             size: self.state.wire_len() as u64,
         });
-        let publish = Output::Publish { msg: announce, payload: self.state.to_bytes().into() };
+        let publish = Output::Publish { msg: announce, payload: self.state_bytes.clone() };
         vec![Output::Apply(apply), publish, report]
     }
 
@@ -328,6 +335,7 @@ impl Lane {
         me: PeerId,
         new: FragmentState,
         hash: ContentHash,
+        bytes: Bytes,
         settings: &Settings,
         m: &mut Metrics,
     ) -> Vec<Output> {
@@ -358,6 +366,7 @@ impl Lane {
         }
         self.prior = Some((self.state_hash, std::mem::replace(&mut self.state, new)));
         self.state_hash = hash;
+        self.state_bytes = bytes;
         self.votes.record(me, self.state.round, hash);
         self.closed_round = self.closed_round.max(new_round);
         if let Some(o) = self.open.as_mut() {

@@ -64,6 +64,14 @@ impl Message {
             Message::State(s) => s.fragment,
         }
     }
+
+    /// The hash of the payload the message announces.
+    pub fn payload_hash(&self) -> crate::delta::ContentHash {
+        match self {
+            Message::Contribution(c) => c.hash,
+            Message::State(s) => s.hash,
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize)]

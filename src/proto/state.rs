@@ -185,13 +185,18 @@ impl FragmentState {
             return Err(StateError::WrongLength { got: numel, want: spec.numel() });
         }
         // The length is known to match the spec, and `take` checks the bytes exist.
-        let floats = r.take(8 * numel as usize)?;
-        let all: Vec<f32> =
-            floats.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
-        if all.iter().any(|v| !v.is_finite()) {
-            return Err(StateError::NonFinite);
-        }
-        let (anchor, momentum) = all.split_at(numel as usize);
+        let floats = |bytes: &[u8]| -> Result<Vec<f32>, StateError> {
+            let v: Vec<f32> = bytes
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            if v.iter().any(|x| !x.is_finite()) {
+                return Err(StateError::NonFinite);
+            }
+            Ok(v)
+        };
+        let anchor = floats(r.take(4 * numel as usize)?)?;
+        let momentum = floats(r.take(4 * numel as usize)?)?;
         let entries = u32::from_le_bytes(r.array()?) as usize;
         if entries > MAX_LOG_ENTRIES {
             return Err(StateError::LogTooLarge);
@@ -218,7 +223,6 @@ impl FragmentState {
             return Err(StateError::Trailing);
         }
         let index = log.iter().flat_map(|(_, ids)| ids.iter().copied()).collect();
-        let (anchor, momentum) = (anchor.to_vec(), momentum.to_vec());
         Ok(Self { fragment, round, parent, anchor, momentum, log, index })
     }
 }
