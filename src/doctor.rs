@@ -122,7 +122,7 @@ pub fn diagnose(status: &StatusFile, swarm: Option<&SwarmView>, now_unix_ms: u64
         out.extend(clock(t, &peers));
         out.extend(upload_cap(status, t, swarm.map(|_| peers.as_slice())));
     }
-    out.extend(manifest_mismatch(status.training.as_ref(), swarm));
+    out.extend(manifest_mismatch(status.training.as_ref(), swarm, now_unix_ms));
     out.sort_by_key(|f| std::cmp::Reverse(f.severity));
     out
 }
@@ -235,7 +235,11 @@ fn clock(t: &TrainingStatus, peers: &[&PeerEntry]) -> Option<Finding> {
     Some(finding(Check::Clock, Severity::Problem, saw, fix))
 }
 
-fn manifest_mismatch(t: Option<&TrainingStatus>, swarm: Option<&SwarmView>) -> Option<Finding> {
+fn manifest_mismatch(
+    t: Option<&TrainingStatus>,
+    swarm: Option<&SwarmView>,
+    now: u64,
+) -> Option<Finding> {
     let peers = swarm.map(fresh).unwrap_or_default();
     let trainers = || peers.iter().filter(|p| p.heartbeat.trains && p.heartbeat.manifest.is_some());
     let (foreign, others, ours): (u64, Vec<&PeerEntry>, Option<&str>) = match t {
@@ -244,7 +248,10 @@ fn manifest_mismatch(t: Option<&TrainingStatus>, swarm: Option<&SwarmView>) -> O
                 .filter(|p| p.heartbeat.manifest.as_deref() != Some(&t.manifest_id))
                 .copied()
                 .collect();
-            (t.foreign_messages, others, Some(&t.manifest_id))
+            // Refusals count while they keep coming: a foreign peer that left is history.
+            let recent =
+                t.last_foreign_unix_ms.is_some_and(|at| now.saturating_sub(at) <= FRESH_MS);
+            (if recent { t.foreign_messages } else { 0 }, others, Some(&t.manifest_id))
         }
         // A peer without a manifest sees a mismatch when trainers disagree among themselves.
         None => {

@@ -232,9 +232,13 @@ fn a_clock_off_by_more_than_the_grace_window() {
 fn manifest_mismatch_from_refusals_and_heartbeats() {
     let mut s = status();
     s.training.as_mut().unwrap().foreign_messages = 12;
+    s.training.as_mut().unwrap().last_foreign_unix_ms = Some(NOW - 1_000);
     let f =
         only(diagnose(&s, Some(&healthy_view()), NOW), Check::ManifestMismatch, Severity::Problem);
     assert!(f.saw.contains("12 messages refused") && f.saw.contains(MANIFEST), "{f:?}");
+    // A foreign peer silent for longer than FRESH_MS has left: no finding any more.
+    s.training.as_mut().unwrap().last_foreign_unix_ms = Some(NOW - FRESH_MS - 1);
+    assert!(diagnose(&s, Some(&healthy_view()), NOW).is_empty());
 
     let mut v = healthy_view();
     v.peers[0].heartbeat.manifest = Some("ffffffffffffffff".into());
@@ -286,6 +290,7 @@ fn a_stopped_or_dead_peer() {
 fn problems_come_first() {
     let mut s = status();
     s.training.as_mut().unwrap().foreign_messages = 1;
+    s.training.as_mut().unwrap().last_foreign_unix_ms = Some(NOW);
     let mut v = healthy_view();
     v.peers.push(peer(C, &[20, 20, 19, 19], 0));
     let f = diagnose(&s, Some(&v), NOW);

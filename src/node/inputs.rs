@@ -108,6 +108,7 @@ impl<N: super::Network> Loop<N> {
     /// fetch its manifest and log what differs.
     pub(super) fn on_foreign(&mut self, peer: atoll_net::PeerId, run: [u8; 32]) {
         self.status.foreign_messages += 1;
+        self.status.last_foreign_unix_ms = Some(status::unix_ms());
         if self.foreign.len() >= 1024 || !self.foreign.insert((peer, run)) {
             return;
         }

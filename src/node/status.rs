@@ -42,6 +42,10 @@ pub struct TrainingStatus {
     pub adopted: u64,
     /// Messages refused because they belong to another run manifest.
     pub foreign_messages: u64,
+    /// When the latest of them came (`atoll doctor` reports a mismatch while they keep
+    /// coming, not for ever after a foreign peer left).
+    #[serde(default)]
+    pub last_foreign_unix_ms: Option<u64>,
     /// Protocol offences by kind (`forged_author`, `inflated_claim`, `equivocation`, ...):
     /// each is provable from what the peer sent. Network-level rejections are in
     /// `stats.rejects`.
