@@ -97,8 +97,9 @@ pub async fn run(mut opts: SyncPeer) -> Result<NodeReport, BaselineError> {
     tracing::info!(method = opts.method.name(), peers = opts.peers, "waiting for the group");
     let events = std::mem::replace(&mut node.events, tokio::sync::mpsc::channel(1).1);
     let run = opts.manifest.run_id().0;
-    // Starting the processes takes longer than a barrier may.
-    let form = opts.timeout.max(Duration::from_secs(60));
+    // An elastic group's barrier is short (a dead member stalls everyone that long), and
+    // starting the processes takes longer: it gets a minute to form.
+    let form = if opts.elastic { opts.timeout.max(Duration::from_secs(60)) } else { opts.timeout };
     let mut group =
         Group::form(client.clone(), events, run, opts.peers, opts.elastic, form).await?;
     group.set_timeout(opts.timeout);
