@@ -179,9 +179,10 @@ impl<N: Network> Group<N> {
         while let Ok(ev) = self.events.try_recv() {
             self.on_event(ev);
         }
-        let deadline = Instant::now() + self.timeout;
+        let mut deadline = Instant::now() + self.timeout;
         let mut attempt = 0u64;
         let mut announce_at = Instant::now();
+        let (mut last, mut extended) = (Instant::now(), false);
         loop {
             let missing: Vec<PeerId> = self
                 .members
@@ -197,6 +198,16 @@ impl<N: Network> Group<N> {
                 break;
             }
             let now = Instant::now();
+            // This process was stopped (or starved) while it waited: the others' news of
+            // that time may have been lost with the connection. One more timeout to hear
+            // whether they went on without it before it drops anyone.
+            let stalled = now.duration_since(last) > self.timeout / 2 + REANNOUNCE;
+            last = now;
+            if stalled && now >= deadline && !extended {
+                extended = true;
+                deadline = now + self.timeout;
+                announce_at = now;
+            }
             if now >= deadline {
                 // What arrived while this process could not run (it was stopped, or the
                 // machine busy) decides whether the others are silent or went on.
@@ -302,7 +313,18 @@ impl<N: Network> Group<N> {
             let net = self.net.clone();
             // The author first; any member that fetched it serves it too (atoll-net asks
             // the run's peers), so a buffer outlives an author killed after announcing it.
-            fetches.spawn(async move { (peer, hash, len, net.fetch(hash, vec![peer], len).await) });
+            // A second try: a fetch that ran while this process was stopped fails on its
+            // own timers, and the buffer may be held by a member that fetched it meanwhile.
+            let tries = if self.elastic { 2 } else { 1 };
+            fetches.spawn(async move {
+                let mut got = net.fetch(hash, vec![peer], len).await;
+                for _ in 1..tries {
+                    if got.is_err() {
+                        got = net.fetch(hash, vec![peer], len).await;
+                    }
+                }
+                (peer, hash, len, got)
+            });
         }
         let mut buffers: BTreeMap<PeerId, Vec<f32>> = BTreeMap::new();
         let mut averaged = Vec::new();
