@@ -38,7 +38,8 @@ m = json.load(open(sys.argv[1]))
 if sys.argv[3] == "small":
     m["train"]["model"].update(d_model=64, n_layers=2, n_heads=2, d_ff=256)
     m["train"]["val_every"] = 100
-    m["protocol"]["step_ms"] = 100
+    # A period of 1 s: the grace cap must end before half of it (reconcile_at).
+    m["protocol"].update(step_ms=100, grace_cap_ms=200)
 m["train"]["seed"] = int(sys.argv[4])
 json.dump(m, open(sys.argv[2], "w"))
 EOF
