@@ -6,7 +6,7 @@
 # (--no-baseline). Writes OUT/table.md, OUT/table.json, OUT/goodput.svg and
 # OUT/useful-vs-failure-free.svg. Usage:
 #   bench/p3.sh          quick: 3 peers of a small model (d_model 64, 2 layers), 60 s,
-#                        MTBF 20 s and 60 s (about 12 minutes on 2 cores)
+#                        MTBF 20 s and 60 s (about 10 minutes on 2 cores)
 #   FULL=1 bench/p3.sh   the default model, 4 peers, 300 s, MTBF 60, 150 and 300 s
 # Env: OUT (default bench/out/p3[-full]), SEED (0), ATOLL (default target/debug/atoll,
 # built here), BARRIER (group barrier timeout, s), DOWNTIME (mean swarm downtime, s).
