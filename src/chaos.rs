@@ -279,6 +279,9 @@ mod tests {
         ];
         let g = goodput(&lives, &merges, 2);
         assert!((g - 1_200.0 / 2.0 / 800.0).abs() < 1e-12, "{g}");
+        assert_eq!(useful_tokens(&merges, 2), 600);
+        // A synchronous group's means cover the whole model: one fragment.
+        assert_eq!(useful_tokens(&merges[..1], 1), 700);
         assert_eq!(goodput(&[], &merges, 2), 0.0);
     }
 
