@@ -5,6 +5,8 @@
 //! cargo test --bench plot -- OUT.svg "TITLE" LABEL=RUN_DIR/metrics.jsonl[*N] … [LABEL@TOKENS=BPB …]
 //! ```
 //! `*N` multiplies a curve's tokens (one swarm peer's file, times the number of peers).
+//! A series `LABEL=pts:X:Y,X:Y,…` is a line through given points (with markers); then
+//! `--x-desc TEXT` and `--y-desc TEXT` name the axes (e.g. goodput against MTBF).
 //! (`cargo test --bench` runs it without a release rebuild of burn and libp2p.)
 
 use std::path::Path;
@@ -15,7 +17,16 @@ use plotters::prelude::*;
 const COLORS: [RGBColor; 6] = [BLUE, RED, GREEN, MAGENTA, CYAN, BLACK];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let mut args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let mut x_desc = "tokens (all peers)".to_owned();
+    let mut y_desc = "validation bits per byte".to_owned();
+    for (flag, desc) in [("--x-desc", &mut x_desc), ("--y-desc", &mut y_desc)] {
+        if let Some(i) = args.iter().position(|a| a == flag) {
+            *desc = args.get(i + 1).ok_or(format!("{flag} needs a value"))?.clone();
+            args.drain(i..i + 2);
+        }
+    }
+    let mut marked = Vec::new();
     let [out, title, series @ ..] = args.as_slice() else {
         return Err("usage: plot OUT.svg TITLE LABEL=metrics.jsonl … [LABEL@TOKENS=BPB …]".into());
     };
@@ -27,6 +38,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             points.push((label.to_owned(), (tokens.parse()?, bpb.parse()?)));
         } else {
             let (label, path) = s.split_once('=').ok_or(format!("bad series {s:?}"))?;
+            if let Some(pts) = path.strip_prefix("pts:") {
+                let mut xy = Vec::new();
+                for p in pts.split(',').filter(|p| !p.is_empty()) {
+                    let (x, y) = p.split_once(':').ok_or(format!("bad point {p:?} in {s:?}"))?;
+                    xy.push((x.parse()?, y.parse()?));
+                }
+                marked.push(curves.len());
+                curves.push((label.to_owned(), xy));
+                continue;
+            }
             let (path, times) = match path.rsplit_once('*') {
                 Some((p, n)) => (p, n.parse::<f64>()?),
                 None => (path, 1.0),
@@ -55,11 +76,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .x_label_area_size(44)
         .y_label_area_size(60)
         .build_cartesian_2d(0f64..x_max * 1.02, (y_min - pad)..(y_max + pad))?;
-    chart
-        .configure_mesh()
-        .x_desc("tokens (all peers)")
-        .y_desc("validation bits per byte")
-        .draw()?;
+    chart.configure_mesh().x_desc(x_desc.as_str()).y_desc(y_desc.as_str()).draw()?;
     for (i, (label, xy)) in curves.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
         chart
@@ -68,6 +85,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
             });
+        if marked.contains(&i) {
+            chart.draw_series(xy.iter().map(|&p| Circle::new(p, 4, color.filled())))?;
+        }
     }
     for (i, (label, xy)) in points.iter().enumerate() {
         let color = COLORS[(curves.len() + i) % COLORS.len()];

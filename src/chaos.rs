@@ -136,6 +136,17 @@ impl Incarnation {
 /// all tokens once, and the sum is divided by the number of fragments.
 pub fn goodput(incarnations: &[Incarnation], merges: &[MergeRecord], fragments: usize) -> f64 {
     let computed: u64 = incarnations.iter().map(Incarnation::computed).sum();
+    if computed == 0 {
+        return 0.0;
+    }
+    useful_tokens(merges, fragments) as f64 / computed as f64
+}
+
+/// Tokens that reached the shared model: the sum over distinct contributions (by content
+/// hash) of their tokens, divided by the number of fragments each token was counted in.
+/// The synchronous baselines record each mean of their group the same way, with one
+/// fragment (the whole model), so the figure means the same for every method.
+pub fn useful_tokens(merges: &[MergeRecord], fragments: usize) -> u64 {
     let mut seen = HashSet::new();
     let mut merged = 0u64;
     for c in merges.iter().flat_map(|m| &m.contributions) {
@@ -143,10 +154,7 @@ pub fn goodput(incarnations: &[Incarnation], merges: &[MergeRecord], fragments: 
             merged += c.tokens;
         }
     }
-    if computed == 0 {
-        return 0.0;
-    }
-    merged as f64 / fragments.max(1) as f64 / computed as f64
+    merged / fragments.max(1) as u64
 }
 
 /// Fraction of the periods in `[start, end)` in which some peer merged something.
@@ -271,6 +279,9 @@ mod tests {
         ];
         let g = goodput(&lives, &merges, 2);
         assert!((g - 1_200.0 / 2.0 / 800.0).abs() < 1e-12, "{g}");
+        assert_eq!(useful_tokens(&merges, 2), 600);
+        // A synchronous group's means cover the whole model: one fragment.
+        assert_eq!(useful_tokens(&merges[..1], 1), 700);
         assert_eq!(goodput(&[], &merges, 2), 0.0);
     }
 

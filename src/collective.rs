@@ -8,7 +8,10 @@
 //! member order (sorted peer ids), so every member computes the same bits. Strict: a step
 //! waits for every member up to the timeout, then fails. Elastic: members missing at the
 //! timeout leave the group and the step goes on with the rest (what elastic data-parallel
-//! does when a worker dies). Bytes travel through atoll-net like atoll's own deltas, so
+//! does when a worker dies); a buffer no member can deliver any more (its author died
+//! after announcing it) is left out the same way. Membership only shrinks: a member that
+//! finds the others went on without it (they announce later steps while it waits) is
+//! evicted and stops ([`CollectiveError::Evicted`]). Bytes travel through atoll-net like atoll's own deltas, so
 //! they are counted, capped and reported the same way.
 
 use std::collections::BTreeMap;
@@ -22,8 +25,12 @@ use tokio::time::Instant;
 use crate::node::Network;
 
 const MAGIC: &[u8; 4] = b"ATCL";
-/// magic, run id, step, attempt, hash, length.
-const WIRE_LEN: usize = 4 + 32 + 8 + 8 + 32 + 8;
+/// magic, run id, step, attempt, members, hash, length, previous step's hash.
+const WIRE_LEN: usize = 4 + 32 + 8 + 8 + 8 + 32 + 8 + 32;
+/// Announcements kept while the group forms (members that formed first already announce).
+const EARLY: usize = 256;
+/// Members are named by a bit each in announcements (their index at formation).
+pub const MAX_GROUP: usize = 64;
 /// How often a member announces its buffer again while it waits.
 const REANNOUNCE: Duration = Duration::from_secs(1);
 
@@ -31,12 +38,16 @@ const REANNOUNCE: Duration = Duration::from_secs(1);
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CollectiveError {
+    #[error("a group has at most {MAX_GROUP} members, not {0}")]
+    Size(usize),
     #[error("only {found} of the other {want} peers joined within {waited:?}")]
     Form { found: usize, want: usize, waited: Duration },
     #[error("step {step}: {missing} member(s) sent nothing within {waited:?} (strict barrier)")]
     Barrier { step: u64, missing: usize, waited: Duration },
     #[error("step {step}: the buffer of {peer}: {reason}")]
     Fetch { step: u64, peer: PeerId, reason: String },
+    #[error("step {step}: the other members went on without this one (evicted)")]
+    Evicted { step: u64 },
     #[error("the network has shut down")]
     Closed,
 }
@@ -47,11 +58,21 @@ pub struct Group<N> {
     events: mpsc::Receiver<NetEvent>,
     run: [u8; 32],
     me: PeerId,
+    /// The members at formation (sorted): bit `i` of an announcement is `formed[i]`.
+    formed: Vec<PeerId>,
     members: Vec<PeerId>,
+    /// A member announced a group without this peer.
+    evicted: bool,
     elastic: bool,
     timeout: Duration,
     /// Announcements heard: `(step, peer) → (hash, length)`, for this step and the next.
     heard: BTreeMap<(u64, PeerId), (BlobHash, u64)>,
+    /// The latest step each member was heard announcing.
+    latest: BTreeMap<PeerId, u64>,
+    /// The buffers the latest mean was taken over, by member.
+    averaged: Vec<(PeerId, BlobHash)>,
+    /// This peer's buffer of the previous step, announced again with the current one.
+    prev: Option<BlobHash>,
     step: u64,
 }
 
@@ -67,13 +88,20 @@ impl<N: Network> Group<N> {
         timeout: Duration,
     ) -> Result<Group<N>, CollectiveError> {
         let me = net.peer_id();
+        if size > MAX_GROUP {
+            return Err(CollectiveError::Size(size));
+        }
         let want = size.saturating_sub(1);
         let mut others: Vec<PeerId> = Vec::new();
+        let mut early = Vec::new();
         let deadline = Instant::now() + timeout;
         while others.len() < want {
             match tokio::time::timeout_at(deadline, events.recv()).await {
                 Ok(Some(NetEvent::RunPeerJoined(p))) if p != me && !others.contains(&p) => {
                     others.push(p)
+                }
+                Ok(Some(ev @ NetEvent::Announcement { .. })) if early.len() < EARLY => {
+                    early.push(ev)
                 }
                 Ok(Some(_)) => {}
                 Ok(None) => return Err(CollectiveError::Closed),
@@ -86,13 +114,56 @@ impl<N: Network> Group<N> {
         let mut members = others;
         members.push(me);
         members.sort();
-        let heard = BTreeMap::new();
-        Ok(Group { net, events, run, me, members, elastic, timeout, heard, step: 0 })
+        let mut group = Group {
+            net,
+            events,
+            run,
+            me,
+            formed: members.clone(),
+            members,
+            evicted: false,
+            elastic,
+            timeout,
+            heard: BTreeMap::new(),
+            latest: BTreeMap::new(),
+            averaged: Vec::new(),
+            prev: None,
+            step: 0,
+        };
+        for ev in early {
+            group.on_event(ev);
+        }
+        Ok(group)
     }
 
     /// The members, sorted (this peer included).
     pub fn members(&self) -> &[PeerId] {
         &self.members
+    }
+
+    /// The longest wait at a barrier from now on.
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout;
+    }
+
+    /// Whose buffers the latest mean averaged, with their hashes (this peer's included).
+    pub fn averaged(&self) -> &[(PeerId, BlobHash)] {
+        &self.averaged
+    }
+
+    /// A member announced a group without this peer, or step `step + 2` or later (it
+    /// could not have finished `step + 1` while waiting for this peer's buffer).
+    fn left_behind(&self, step: u64) -> bool {
+        self.evicted || self.latest.values().any(|&s| s >= step + 2)
+    }
+
+    /// This peer's members as bits over the formation list.
+    fn member_bits(&self) -> u64 {
+        self.formed
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| self.members.contains(p))
+            .fold(0, |bits, (i, _)| bits | 1 << i)
     }
 
     /// The mean over the group of every member's `values` for `step` (steps increase).
@@ -104,9 +175,14 @@ impl<N: Network> Group<N> {
         let hash = BlobHash::of(&bytes);
         self.net.put_blob(Bytes::from(bytes)).map_err(|_| CollectiveError::Closed)?;
         self.heard.insert((step, self.me), (hash, len));
-        let deadline = Instant::now() + self.timeout;
+        // What arrived since the last step first: a member may have dropped this one.
+        while let Ok(ev) = self.events.try_recv() {
+            self.on_event(ev);
+        }
+        let mut deadline = Instant::now() + self.timeout;
         let mut attempt = 0u64;
         let mut announce_at = Instant::now();
+        let (mut last, mut extended) = (Instant::now(), false);
         loop {
             let missing: Vec<PeerId> = self
                 .members
@@ -114,14 +190,41 @@ impl<N: Network> Group<N> {
                 .filter(|p| !self.heard.contains_key(&(step, **p)))
                 .copied()
                 .collect();
-            if missing.is_empty() {
+            if self.elastic && self.left_behind(step) {
+                return Err(CollectiveError::Evicted { step });
+            }
+            // Announced at least once: the others may not have heard this buffer yet.
+            if missing.is_empty() && attempt > 0 {
                 break;
             }
             let now = Instant::now();
+            // This process was stopped (or starved) while it waited: the others' news of
+            // that time may have been lost with the connection. One more timeout to hear
+            // whether they went on without it before it drops anyone.
+            let stalled = now.duration_since(last) > self.timeout / 2 + REANNOUNCE;
+            last = now;
+            if stalled && now >= deadline && !extended {
+                extended = true;
+                deadline = now + self.timeout;
+                announce_at = now;
+            }
             if now >= deadline {
+                // What arrived while this process could not run (it was stopped, or the
+                // machine busy) decides whether the others are silent or went on.
+                let mut fresh = false;
+                while let Ok(ev) = self.events.try_recv() {
+                    fresh |= self.on_event(ev);
+                }
+                if fresh {
+                    continue;
+                }
                 if !self.elastic {
                     let (n, waited) = (missing.len(), self.timeout);
                     return Err(CollectiveError::Barrier { step, missing: n, waited });
+                }
+                // A missing member heard at a later step finished this one without us.
+                if missing.iter().any(|p| self.latest.get(p).is_some_and(|&s| s > step)) {
+                    return Err(CollectiveError::Evicted { step });
                 }
                 tracing::warn!(
                     step,
@@ -132,30 +235,65 @@ impl<N: Network> Group<N> {
                 break;
             }
             if now >= announce_at {
-                let msg = encode(&self.run, step, attempt, &hash, len);
+                let members = self.member_bits();
+                let wire = Wire { run: self.run, step, members, hash, len, prev: self.prev };
+                let msg = wire.encode(attempt);
                 if let Err(e) = self.net.publish(msg).await {
                     tracing::debug!(error = %e, step, "announcement not published yet");
                 }
                 attempt += 1;
                 announce_at = now + REANNOUNCE;
             }
+            if missing.is_empty() {
+                break;
+            }
             let wake = announce_at.min(deadline);
             match tokio::time::timeout_at(wake, self.events.recv()).await {
-                Ok(Some(ev)) => self.on_event(ev),
+                Ok(Some(ev)) => {
+                    self.on_event(ev);
+                }
                 Ok(None) => return Err(CollectiveError::Closed),
                 Err(_) => {}
             }
         }
+        self.prev = Some(hash);
         self.reduce(step, values).await
     }
 
-    fn on_event(&mut self, ev: NetEvent) {
-        let NetEvent::Announcement { author: Some(author), payload, .. } = ev else { return };
-        let Some((run, step, hash, len)) = decode(&payload) else { return };
-        let fresh = step == self.step || step == self.step + 1;
-        if run == self.run && fresh && self.members.contains(&author) {
-            self.heard.insert((step, author), (hash, len));
+    /// Records an announcement; true when it completes a member's buffer for this step.
+    fn on_event(&mut self, ev: NetEvent) -> bool {
+        let NetEvent::Announcement { author: Some(author), payload, .. } = ev else {
+            return false;
+        };
+        let Some(Wire { run, step, members, hash, len, prev }) = Wire::decode(&payload) else {
+            return false;
+        };
+        if run != self.run || !self.members.contains(&author) {
+            return false;
         }
+        // Its group: without this peer, it was evicted; without another member, that one
+        // missed a barrier there and is dropped here too (it would be, at its timeout).
+        for (i, p) in self.formed.iter().enumerate() {
+            if members & (1 << i) == 0 {
+                if *p == self.me {
+                    self.evicted = true;
+                } else if self.elastic {
+                    self.members.retain(|m| m != p);
+                }
+            }
+        }
+        let latest = self.latest.entry(author).or_insert(step);
+        *latest = (*latest).max(step);
+        // A member one step on names the buffer it had for ours: a first announcement lost
+        // before the gossip mesh formed is recovered from the next one.
+        let mut completed = false;
+        if let (true, Some(prev)) = (step == self.step + 1, prev) {
+            completed = !self.heard.contains_key(&(self.step, author));
+            self.heard.entry((self.step, author)).or_insert((prev, len));
+        }
+        let fresh = step == self.step || step == self.step + 1;
+        let new = fresh && self.heard.insert((step, author), (hash, len)).is_none();
+        completed || (new && step == self.step)
     }
 
     /// Fetches the other members' buffers (all at once) and averages in member order.
@@ -173,16 +311,42 @@ impl<N: Network> Group<N> {
                 return Err(CollectiveError::Fetch { step, peer, reason });
             }
             let net = self.net.clone();
-            fetches.spawn(async move { (peer, len, net.fetch(hash, vec![peer], len).await) });
+            // The author first; any member that fetched it serves it too (atoll-net asks
+            // the run's peers), so a buffer outlives an author killed after announcing it.
+            // A second try: a fetch that ran while this process was stopped fails on its
+            // own timers, and the buffer may be held by a member that fetched it meanwhile.
+            let tries = if self.elastic { 2 } else { 1 };
+            fetches.spawn(async move {
+                let mut got = net.fetch(hash, vec![peer], len).await;
+                for _ in 1..tries {
+                    if got.is_err() {
+                        got = net.fetch(hash, vec![peer], len).await;
+                    }
+                }
+                (peer, hash, len, got)
+            });
         }
         let mut buffers: BTreeMap<PeerId, Vec<f32>> = BTreeMap::new();
+        let mut averaged = Vec::new();
         while let Some(done) = fetches.join_next().await {
-            let Ok((peer, len, got)) = done else { return Err(CollectiveError::Closed) };
+            let Ok((peer, hash, len, got)) = done else { return Err(CollectiveError::Closed) };
             let fail = |reason: String| CollectiveError::Fetch { step, peer, reason };
-            let bytes = got.map_err(|e| fail(e.to_string()))?;
+            let bytes = match got {
+                Ok(b) => b,
+                Err(e) if self.elastic => {
+                    // Nobody could deliver it: its author is gone. Every member that fails
+                    // the same way leaves it out; one that got it in time keeps it (the
+                    // members then differ by that one buffer; see ARCHITECTURE.md).
+                    tracing::warn!(step, %peer, error = %e, "buffer unavailable; going on without its member");
+                    self.members.retain(|p| *p != peer);
+                    continue;
+                }
+                Err(e) => return Err(fail(e.to_string())),
+            };
             if bytes.len() as u64 != len {
                 return Err(fail(format!("{} bytes, expected {len}", bytes.len())));
             }
+            averaged.push((peer, hash));
             let values = bytes
                 .chunks_exact(4)
                 .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
@@ -190,6 +354,11 @@ impl<N: Network> Group<N> {
             buffers.insert(peer, values);
         }
         buffers.insert(self.me, mine.to_vec());
+        if let Some(&(hash, _)) = self.heard.get(&(step, self.me)) {
+            averaged.push((self.me, hash));
+        }
+        averaged.sort();
+        self.averaged = averaged;
         let mut sum = vec![0f64; mine.len()];
         for values in buffers.values() {
             for (s, v) in sum.iter_mut().zip(values) {
@@ -201,26 +370,47 @@ impl<N: Network> Group<N> {
     }
 }
 
-fn encode(run: &[u8; 32], step: u64, attempt: u64, hash: &BlobHash, len: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(WIRE_LEN);
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(run);
-    out.extend_from_slice(&step.to_le_bytes());
-    // Makes every re-announcement a new gossip message (identical ones are deduplicated).
-    out.extend_from_slice(&attempt.to_le_bytes());
-    out.extend_from_slice(&hash.0);
-    out.extend_from_slice(&len.to_le_bytes());
-    out
+/// One announcement: this member's buffer for `step`, and whom its group still holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Wire {
+    run: [u8; 32],
+    step: u64,
+    /// Bit `i`: the `i`-th member at formation is still in the author's group.
+    members: u64,
+    hash: BlobHash,
+    len: u64,
+    /// The author's buffer of `step − 1` (none at its first step).
+    prev: Option<BlobHash>,
 }
 
-fn decode(b: &[u8]) -> Option<([u8; 32], u64, BlobHash, u64)> {
-    if b.len() != WIRE_LEN || &b[..4] != MAGIC {
-        return None;
+impl Wire {
+    fn encode(&self, attempt: u64) -> Vec<u8> {
+        let mut out = Vec::with_capacity(WIRE_LEN);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&self.run);
+        out.extend_from_slice(&self.step.to_le_bytes());
+        // Makes every re-announcement a new gossip message (identical ones are deduplicated).
+        out.extend_from_slice(&attempt.to_le_bytes());
+        out.extend_from_slice(&self.members.to_le_bytes());
+        out.extend_from_slice(&self.hash.0);
+        out.extend_from_slice(&self.len.to_le_bytes());
+        // All zeros: none (a real blake3 hash of zeros is not a concern at these odds).
+        out.extend_from_slice(&self.prev.map_or([0; 32], |h| h.0));
+        out
     }
-    let u64_at = |at: usize| b.get(at..at + 8)?.try_into().ok().map(u64::from_le_bytes);
-    let run: [u8; 32] = b[4..36].try_into().ok()?;
-    let hash: [u8; 32] = b[52..84].try_into().ok()?;
-    Some((run, u64_at(36)?, BlobHash(hash), u64_at(84)?))
+
+    fn decode(b: &[u8]) -> Option<Wire> {
+        if b.len() != WIRE_LEN || &b[..4] != MAGIC {
+            return None;
+        }
+        let u64_at = |at: usize| b.get(at..at + 8)?.try_into().ok().map(u64::from_le_bytes);
+        let run: [u8; 32] = b[4..36].try_into().ok()?;
+        let hash: [u8; 32] = b[60..92].try_into().ok()?;
+        let (step, members, len) = (u64_at(36)?, u64_at(52)?, u64_at(92)?);
+        let prev: [u8; 32] = b[100..132].try_into().ok()?;
+        let prev = (prev != [0; 32]).then_some(BlobHash(prev));
+        Some(Wire { run, step, members, hash: BlobHash(hash), len, prev })
+    }
 }
 
 #[cfg(test)]
@@ -235,13 +425,17 @@ mod tests {
 
     #[test]
     fn the_wire_round_trips_and_refuses_garbage() {
-        let msg = encode(&[7; 32], 5, 2, &BlobHash([9; 32]), 1234);
-        assert_eq!(decode(&msg), Some(([7; 32], 5, BlobHash([9; 32]), 1234)));
-        assert_eq!(decode(&msg[..msg.len() - 1]), None);
-        assert_eq!(decode(b"ATCL"), None);
+        let hash = BlobHash([9; 32]);
+        let w = Wire { run: [7; 32], step: 5, members: 0b101, hash, len: 1234, prev: None };
+        let msg = w.encode(2);
+        assert_eq!(Wire::decode(&msg), Some(w));
+        let w = Wire { prev: Some(BlobHash([3; 32])), ..w };
+        assert_eq!(Wire::decode(&w.encode(3)), Some(w));
+        assert_eq!(Wire::decode(&msg[..msg.len() - 1]), None);
+        assert_eq!(Wire::decode(b"ATCL"), None);
         let mut bad = msg.clone();
         bad[0] = b'X';
-        assert_eq!(decode(&bad), None);
+        assert_eq!(Wire::decode(&bad), None);
     }
 
     #[tokio::test]
@@ -253,7 +447,9 @@ mod tests {
         let timeout = Duration::from_secs(10);
         let mut g = Group::form(net_a, events_a, [1; 32], 2, false, timeout).await.unwrap();
         // B announces a buffer of a gigabyte for step 0 (and holds nothing).
-        net_b.publish(encode(&[1; 32], 0, 0, &BlobHash([5; 32]), 1 << 30)).await.unwrap();
+        let hash = BlobHash([5; 32]);
+        let w = Wire { run: [1; 32], step: 0, members: 0b11, hash, len: 1 << 30, prev: None };
+        net_b.publish(w.encode(0)).await.unwrap();
         match g.mean(0, &[1.0, 2.0]).await {
             Err(CollectiveError::Fetch { peer, reason, .. }) => {
                 assert_eq!(peer, b);
@@ -303,5 +499,48 @@ mod tests {
         }
         assert_eq!(results[&0][3], vec![0.5, 0.0]);
         assert_eq!(results[&1][3], vec![0.5, 0.0]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_member_the_others_dropped_learns_it_and_stops() {
+        let swarm = MemSwarm::new();
+        let ids: Vec<PeerId> = (1..=3).map(peer).collect();
+        let joined: Vec<_> = ids.iter().map(|p| swarm.join(*p)).collect();
+        let timeout = Duration::from_secs(10);
+        let (done_tx, mut done_rx) = mpsc::channel::<()>(2);
+        let mut tasks = tokio::task::JoinSet::new();
+        for (i, (net, events)) in joined.into_iter().enumerate() {
+            let done = done_tx.clone();
+            let mut go = None;
+            if i == 2 {
+                go = Some(std::mem::replace(&mut done_rx, mpsc::channel(1).1));
+            }
+            tasks.spawn(async move {
+                let mut g = Group::form(net, events, [1; 32], 3, true, timeout).await.unwrap();
+                g.mean(0, &[i as f32]).await.unwrap();
+                if let Some(mut go) = go {
+                    // Stalled (as if stopped) until the others have gone two steps on.
+                    for _ in 0..2 {
+                        go.recv().await.unwrap();
+                    }
+                    return (i, g.mean(1, &[0.0]).await.map(|_| ()));
+                }
+                g.timeout = Duration::from_millis(300);
+                for step in 1..=3 {
+                    assert_eq!(g.mean(step, &[1.0]).await.unwrap(), vec![1.0], "step {step}");
+                }
+                assert_eq!(g.members().len(), 2);
+                done.send(()).await.unwrap();
+                (i, Ok(()))
+            });
+        }
+        drop(done_tx);
+        while let Some(r) = tasks.join_next().await {
+            match r.unwrap() {
+                (2, Err(CollectiveError::Evicted { step: 1 })) => {}
+                (2, other) => panic!("the dropped member went on: {other:?}"),
+                (_, res) => res.unwrap(),
+            }
+        }
     }
 }

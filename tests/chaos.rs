@@ -1,7 +1,10 @@
 //! The CI-sized chaos run: `atoll chaos` with four tiny peers, kills, restarts and pauses on
 //! a seeded schedule, against a failure-free run of the same manifest. Nobody exits
 //! abnormally, every restarted peer contributes again, the anchors agree, and the loss
-//! stays within 5% of the failure-free run. The long run is in bench/RESULTS.md.
+//! stays within 5% of the failure-free run. The same harness drives an elastic
+//! data-parallel group under a kill: it keeps training without the killed member, and the
+//! tokens that reach its model fall below the failure-free run's. The long runs are in
+//! bench/RESULTS.md.
 
 mod common;
 
@@ -9,6 +12,7 @@ use atoll::train::TrainConfig;
 
 #[test]
 fn a_swarm_under_kills_restarts_and_pauses_loses_almost_nothing() {
+    let _serial = common::serial();
     let tmp = common::test_dir("chaos-");
     let mut train = TrainConfig::tiny(11);
     train.val_every = 500;
@@ -43,5 +47,64 @@ fn a_swarm_under_kills_restarts_and_pauses_loses_almost_nothing() {
         num("goodput"),
         num("baseline_goodput"),
         num("uptime")
+    );
+}
+
+#[test]
+fn an_elastic_data_parallel_group_goes_on_without_a_killed_member() {
+    let _serial = common::serial();
+    let tmp = common::test_dir("chaos-dp-");
+    let mut train = TrainConfig::tiny(5);
+    train.val_every = 1_000;
+    let config = common::write_manifest(
+        tmp.path().join("tiny.json"),
+        &common::tiny_manifest("chaos-dp-test", train),
+    );
+    let run_dir = tmp.path().join("chaos");
+    let args = ["chaos", "--method", "dp", "--peers", "3", "--duration", "18", "--mtbf", "6"];
+    let stdout = common::run_swarm_command(
+        &[
+            &args[..],
+            &["--kill-share", "1", "--downtime", "2", "--barrier-timeout", "3", "--seed", "2"],
+        ]
+        .concat(),
+        &run_dir,
+        &config,
+    );
+    let report = std::fs::read(run_dir.join("chaos.json")).expect("no chaos.json");
+    let r: serde_json::Value = serde_json::from_slice(&report).unwrap();
+    let int = |k: &str| r[k].as_u64().unwrap_or_else(|| panic!("{k} missing in {r:#}"));
+    let num = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k} missing in {r:#}"));
+    assert_eq!(r["method"], "dp", "{stdout}");
+    assert_eq!(int("abnormal_exits"), 0, "{stdout}");
+    let kills = int("kills");
+    assert!(kills >= 1, "no kill applied: {stdout}");
+    assert_eq!(int("restarts"), 0, "a group member was restarted: {stdout}");
+    assert_eq!(int("finished"), 3 - kills, "{stdout}");
+    assert!(r["final_val_bpb"].as_f64().is_some(), "no final model: {stdout}");
+    // The survivors kept averaging after the kill: means over fewer than three members.
+    let mut smaller = 0;
+    for i in 0..3 {
+        let path = run_dir.join("chaos").join(format!("peer-{i}")).join("merges.jsonl");
+        for line in std::fs::read_to_string(path).unwrap_or_default().lines() {
+            let m: serde_json::Value = serde_json::from_str(line).unwrap();
+            let n = m["contributions"].as_array().map_or(0, Vec::len);
+            assert!((1..=3).contains(&n), "{m}");
+            smaller += usize::from(n < 3);
+        }
+    }
+    assert!(smaller >= 5, "the group did not go on without its killed member: {stdout}");
+    // Tokens that reached the group's model over tokens computed: the killed members'
+    // unfinished steps are lost, nothing else.
+    let goodput = num("goodput");
+    assert!(goodput > 0.5 && goodput <= 1.05, "{stdout}");
+    let (useful, base) = (int("useful_tokens"), int("baseline_useful_tokens"));
+    assert!(useful > 0 && base > 0, "{stdout}");
+    eprintln!(
+        "dp: goodput {goodput:.3} of computed, {:.3} of failure-free ({useful} vs {base} tokens), \
+         {kills} kills, val_bpb {:.3} vs {:.3}",
+        num("goodput_vs_failure_free"),
+        num("final_val_bpb"),
+        num("baseline_val_bpb")
     );
 }

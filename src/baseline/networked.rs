@@ -7,6 +7,13 @@
 //!
 //! Peers meet under the manifest's name plus `-dp` or `-diloco`, so a baseline never
 //! mixes with a swarm of the same run.
+//!
+//! Every mean the group takes is written to `merges.jsonl` like a swarm merge (one
+//! contribution per member, its buffer's hash and the tokens it trained for it), so
+//! `atoll chaos` measures the baselines' goodput and uptime as it measures the swarm's.
+//! With a time limit (`duration`), every reduced buffer carries one more value, "my clock
+//! is past the limit": the group stops after the first mean in which any member said so,
+//! so every member stops after the same step.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -15,12 +22,13 @@ use atoll_net::{NetConfig, Node};
 
 use super::BaselineError;
 use crate::backend::Backend;
-use crate::collective::Group;
+use crate::collective::{CollectiveError, Group};
 use crate::data::{Corpus, Shard};
 use crate::fragment::FragmentPlan;
 use crate::manifest::Manifest;
-use crate::metrics::{bits_per_byte, MetricsLog, MetricsRecord};
+use crate::metrics::{append_jsonl, bits_per_byte, MetricsLog, MetricsRecord};
 use crate::model::params::{read_fragment, tensor_specs, write_fragment};
+use crate::node::ledger::{self, ContributionRecord, MergeRecord};
 use crate::node::status::{self, TrainingStatus};
 use crate::node::{anchors, initial_anchors, Network, NodeReport};
 use crate::proto::merge::outer_step;
@@ -62,6 +70,8 @@ pub struct SyncPeer {
     /// Peers in the group (the run waits for all of them before the first step).
     pub peers: usize,
     pub steps: u64,
+    /// Stop (all members together, see the module docs) once this much time has passed.
+    pub duration: Option<Duration>,
     /// Drop members that miss a barrier by `timeout` instead of failing.
     pub elastic: bool,
     pub timeout: Duration,
@@ -87,13 +97,18 @@ pub async fn run(mut opts: SyncPeer) -> Result<NodeReport, BaselineError> {
     tracing::info!(method = opts.method.name(), peers = opts.peers, "waiting for the group");
     let events = std::mem::replace(&mut node.events, tokio::sync::mpsc::channel(1).1);
     let run = opts.manifest.run_id().0;
-    let group =
-        Group::form(client.clone(), events, run, opts.peers, opts.elastic, opts.timeout).await?;
+    // An elastic group's barrier is short (a dead member stalls everyone that long), and
+    // starting the processes takes longer: it gets a minute to form.
+    let form = if opts.elastic { opts.timeout.max(Duration::from_secs(60)) } else { opts.timeout };
+    let mut group =
+        Group::form(client.clone(), events, run, opts.peers, opts.elastic, form).await?;
+    group.set_timeout(opts.timeout);
     tracing::info!(members = group.members().len(), "group formed; training");
     let handle = tokio::runtime::Handle::current();
     let raw = settings.raw().clone();
     let method = opts.method;
-    let (run_dir, steps) = (opts.run_dir.clone(), opts.steps);
+    let (run_dir, steps, duration) = (opts.run_dir.clone(), opts.steps, opts.duration);
+    let proto_id = client.peer_id().to_string();
     let work = tokio::task::spawn_blocking(move || {
         let mut job = Job {
             trainer,
@@ -101,10 +116,13 @@ pub async fn run(mut opts: SyncPeer) -> Result<NodeReport, BaselineError> {
             group,
             handle,
             client,
+            ledger: run_dir.join(ledger::FILE_NAME),
             run_dir,
-            status: TrainingStatus::default(),
+            status: TrainingStatus { proto_id, ..TrainingStatus::default() },
+            reduced_tokens: 0,
         };
-        job.train(method, steps, raw.h.max(1), raw.outer_lr, raw.momentum)
+        let until = Until { steps, deadline: duration.map(|d| Instant::now() + d) };
+        job.train(method, until, raw.h.max(1), raw.outer_lr, raw.momentum)
     });
     let result = work.await.map_err(|e| BaselineError::Stopped(e.to_string()))?;
     node.handle.shutdown().await?;
@@ -118,14 +136,35 @@ struct Job<N> {
     handle: tokio::runtime::Handle,
     client: N,
     run_dir: PathBuf,
+    ledger: PathBuf,
     status: TrainingStatus,
+    /// Tokens this peer had trained at its latest mean.
+    reduced_tokens: u64,
+}
+
+/// When training stops: at `steps`, or at the first mean after `deadline`.
+struct Until {
+    steps: u64,
+    deadline: Option<Instant>,
+}
+
+impl Until {
+    /// The value this peer adds to a reduced buffer: positive once its clock is past.
+    fn flag(&self) -> f32 {
+        f32::from(u8::from(self.deadline.is_some_and(|d| Instant::now() >= d)))
+    }
+}
+
+/// Takes the stop flag off a reduced buffer: did any member raise it?
+fn agreed_stop(mean: &mut Vec<f32>) -> bool {
+    mean.pop().is_some_and(|f| f > 0.0)
 }
 
 impl<N: Network> Job<N> {
     fn train(
         &mut self,
         method: Method,
-        steps: u64,
+        until: Until,
         h: u64,
         outer_lr: f32,
         momentum: f32,
@@ -137,26 +176,50 @@ impl<N: Network> Job<N> {
         let every = self.trainer.config().val_every.max(1);
         let (mut last_status, mut loss_sum, mut losses) = (Instant::now(), 0.0, 0u64);
         let mut outer = 0u64;
-        self.status.target_step = Some(steps);
-        while self.trainer.state().step < steps {
+        let steps = until.steps;
+        self.status.target_step = until.deadline.is_none().then_some(steps);
+        let (mut stop, mut evicted) = (false, false);
+        while !stop && self.trainer.state().step < steps {
             let step = self.trainer.state().step;
             let s = match method {
                 Method::DataParallel => {
                     let (group, handle) = (&mut self.group, &self.handle);
-                    self.trainer.step_reduced(|g| {
+                    let flag = until.flag();
+                    let done = self.trainer.step_reduced(|g| {
+                        g.push(flag);
                         *g = handle.block_on(group.mean(step, g))?;
+                        stop = agreed_stop(g);
                         Ok::<_, BaselineError>(())
-                    })?
+                    });
+                    match done {
+                        Err(BaselineError::Collective(CollectiveError::Evicted { .. })) => {
+                            evicted = true;
+                            break;
+                        }
+                        other => other?,
+                    }
                 }
                 Method::Diloco => self.trainer.step(),
             };
             let done = self.trainer.state().step;
+            if method == Method::DataParallel {
+                self.record(step);
+            }
             if method == Method::Diloco && (done % h == 0 || done == steps) {
                 let theta = self.params()?;
-                let delta: Vec<f32> = anchor.iter().zip(&theta).map(|(a, t)| a - t).collect();
-                let mean = self.handle.block_on(self.group.mean(outer, &delta))?;
+                let mut delta: Vec<f32> = anchor.iter().zip(&theta).map(|(a, t)| a - t).collect();
+                delta.push(until.flag());
+                let mut mean = match self.handle.block_on(self.group.mean(outer, &delta)) {
+                    Err(CollectiveError::Evicted { .. }) => {
+                        evicted = true;
+                        break;
+                    }
+                    other => other?,
+                };
+                stop = agreed_stop(&mut mean);
                 outer_step(&mut anchor, &mut buf, &mean, outer_lr, momentum);
                 self.set_params(&anchor)?;
+                self.record(outer);
                 outer += 1;
                 self.status.merges = outer;
             }
@@ -165,7 +228,7 @@ impl<N: Network> Job<N> {
             self.status.step = done;
             self.status.tokens = self.trainer.state().tokens;
             self.status.loss = Some(s.loss);
-            if done % every == 0 || done == steps {
+            if done % every == 0 || done == steps || stop {
                 let val_loss = self.trainer.evaluate();
                 let secs = started.elapsed().as_secs_f64();
                 let record = MetricsRecord {
@@ -193,9 +256,17 @@ impl<N: Network> Job<N> {
                 self.write_status(true);
             }
         }
+        self.status.trained = true;
+        if evicted {
+            // Its parameters are no longer the group's: nothing final to report.
+            tracing::warn!(step = self.status.step, "left behind by the group; stopping");
+            self.write_status(false);
+            return Err(BaselineError::Collective(CollectiveError::Evicted {
+                step: self.status.step,
+            }));
+        }
         let final_loss = self.trainer.evaluate();
         let params = self.params()?;
-        self.status.trained = true;
         self.status.final_val_loss = Some(final_loss);
         self.status.final_val_bpb = Some(bits_per_byte(final_loss));
         // The final parameters, as fragment states: `atoll demo` compares them like anchors.
@@ -218,6 +289,27 @@ impl<N: Network> Job<N> {
             final_val_bpb: bits_per_byte(final_loss),
             anchor_hashes: self.status.anchor_hashes.clone(),
         })
+    }
+
+    /// Appends the group's latest mean to `merges.jsonl`: every member trained as many
+    /// tokens for it as this one (the same steps, the same batch).
+    fn record(&mut self, round: u64) {
+        let tokens = self.trainer.state().tokens;
+        let each = tokens.saturating_sub(std::mem::replace(&mut self.reduced_tokens, tokens));
+        let contributions = self
+            .group
+            .averaged()
+            .iter()
+            .map(|(peer, hash)| ContributionRecord {
+                peer: peer.to_string(),
+                hash: hash.to_string(),
+                tokens: each,
+            })
+            .collect();
+        let record = MergeRecord { unix_ms: status::unix_ms(), fragment: 0, round, contributions };
+        if let Err(e) = append_jsonl(&self.ledger, &record) {
+            tracing::warn!(error = %e, "cannot append to merges.jsonl");
+        }
     }
 
     /// Every parameter, fragment after fragment.

@@ -301,11 +301,17 @@ async fn train(args: Args) -> anyhow::Result<()> {
 /// A peer of a synchronous baseline (`--method dp|diloco`).
 async fn sync_baseline(args: Args) -> anyhow::Result<()> {
     use atoll::baseline::networked::{self, SyncPeer};
+    use atoll::baseline::BaselineError;
+    use atoll::collective::CollectiveError;
     let net = net_config(&args)?;
     let corpus = super::train::load_corpus(args.data.as_deref())?;
     let manifest = resolve_manifest(&args, &corpus)?;
     let shard = args.shard.context("--method dp|diloco needs --shard I/N")?;
-    let steps = args.steps.context("--method dp|diloco needs --steps")?;
+    let (steps, duration) = match (args.steps, args.duration) {
+        (Some(steps), _) => (steps, None),
+        (None, Some(secs)) => (u64::MAX, Some(Duration::from_secs(secs))),
+        (None, None) => bail!("--method dp|diloco needs --steps or --duration"),
+    };
     let method = match args.method {
         Method::Dp => networked::Method::DataParallel,
         _ => networked::Method::Diloco,
@@ -320,10 +326,20 @@ async fn sync_baseline(args: Args) -> anyhow::Result<()> {
         method,
         peers: args.group.max(1),
         steps,
+        duration,
         elastic: args.elastic,
         timeout: Duration::from_secs(args.barrier_timeout.max(1)),
     };
-    let report = networked::run(peer).await?;
+    let report = match networked::run(peer).await {
+        Err(BaselineError::Collective(CollectiveError::Evicted { step })) => {
+            // Elastic groups only shrink: a member the others went on without leaves.
+            println!(
+                "left behind by the group at step {step} (it went on without this peer); stopped"
+            );
+            return Ok(());
+        }
+        other => other?,
+    };
     println!(
         "finished at step {} ({} tokens); final val_bpb {:.3}",
         report.step, report.tokens, report.final_val_bpb

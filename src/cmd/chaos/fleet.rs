@@ -68,16 +68,30 @@ pub(super) fn run_swarm(
     s.multi.clear().ok();
     result?;
     let dirs: Vec<PathBuf> = (0..args.peers).map(|i| swarm::peer_dir(dir, i)).collect();
+    let group = args.method.is_group();
     let mut merges = Vec::new();
     let mut finals = Vec::new();
     let mut hashes = Vec::new();
-    for d in &dirs {
+    let mut finished = Vec::new();
+    for (i, d) in dirs.iter().enumerate() {
         merges.extend(ledger::read(d).with_context(|| format!("cannot read {}", d.display()))?);
         let st = status::read(&d.join(status::FILE_NAME))
             .with_context(|| format!("cannot read the status of {}", d.display()))?;
         let t = st.training.unwrap_or_default();
+        // The last process in a dir wrote its status last: a finished peer's final count
+        // (the live reads may have missed its last second).
+        let life = &mut s.lives[s.current[i]];
+        life.tokens_last = life.tokens_last.max(t.tokens);
+        // A group's killed or evicted members have no final model, and no checkpoint.
+        if group && t.final_val_bpb.is_none() {
+            continue;
+        }
         finals.extend(t.final_val_bpb);
         hashes.push(t.anchor_hashes);
+        finished.push(d.as_path());
+        if group {
+            continue;
+        }
         if let Err(e) = atoll::checkpoint::load(&atoll::checkpoint::path_in(d)) {
             tracing::error!(dir = %d.display(), error = %e, "final checkpoint does not load");
             s.out.unreadable_checkpoints += 1;
@@ -85,21 +99,29 @@ pub(super) fn run_swarm(
     }
     let mut out = s.out;
     let window_end = s.window_unix_ms + args.duration * 1000;
-    out.goodput = chaos::goodput(&s.lives, &merges, settings.raw().fragments);
+    // A group's mean covers the whole model: one "fragment".
+    let fragments = if group { 1 } else { settings.raw().fragments };
+    out.goodput = chaos::goodput(&s.lives, &merges, fragments);
+    out.useful_tokens = chaos::useful_tokens(&merges, fragments);
+    out.finished = finished.len();
     // Periods count from the swarm's first merge: starting the processes is not downtime.
     let first = merges.iter().map(|m| m.unix_ms).min().unwrap_or(s.window_unix_ms);
     out.uptime = chaos::uptime(&merges, first, window_end, settings.period_ms());
     out.rejoined = chaos::rejoined(&s.lives, &merges);
     out.tokens_computed = s.lives.iter().map(Incarnation::computed).sum();
-    out.final_val_bpb = (finals.len() == dirs.len() && !finals.is_empty())
+    out.final_val_bpb = (finals.len() == finished.len() && !finals.is_empty())
         .then(|| finals.iter().sum::<f64>() / finals.len() as f64);
     out.anchors_agree = hashes.windows(2).all(|w| w[0] == w[1]);
-    out.consensus_distance = swarm::consensus(&manifest, dirs.iter().map(PathBuf::as_path)).ok();
+    out.consensus_distance = swarm::consensus(&manifest, finished.iter().copied()).ok();
     println!(
-        "  goodput {:.3}, uptime {:.3}, final val_bpb {}, anchors {}",
+        "  goodput {:.3} ({} useful tokens), uptime {:.3}, final val_bpb {} ({} of {} peers \
+         finished), anchors {}",
         out.goodput,
+        out.useful_tokens,
         out.uptime,
         out.final_val_bpb.map_or("-".into(), |v| format!("{v:.3}")),
+        out.finished,
+        dirs.len(),
         if out.anchors_agree { "identical" } else { "DIFFER" }
     );
     Ok(out)
@@ -124,10 +146,21 @@ impl Swarm<'_> {
         let left_ms = (self.args.duration * 1000).saturating_sub(self.elapsed_ms());
         let until = Until::Seconds(left_ms.div_ceil(1000).max(1));
         let shard = format!("{i}/{}", self.args.peers);
-        let spec = Spec::train(swarm::peer_dir(self.dir, i), &self.manifest, &shard, until)
+        let mut spec = Spec::train(swarm::peer_dir(self.dir, i), &self.manifest, &shard, until)
             .bootstrap(bootstrap.iter().cloned())
             .backend(self.args.run.backend)
             .data(self.args.run.data.as_deref());
+        if self.args.method.is_group() {
+            let (group, timeout) = (self.args.peers.to_string(), self.args.barrier_timeout);
+            spec = spec
+                .arg("--method")
+                .arg(self.args.method.name())
+                .arg("--group")
+                .arg(&group)
+                .arg("--elastic")
+                .arg("--barrier-timeout")
+                .arg(&timeout.to_string());
+        }
         let child = swarm::start(&spec)?;
         self.lives.push(Incarnation {
             peer: i as usize,
@@ -189,13 +222,30 @@ impl Swarm<'_> {
     }
 
     fn inject(&mut self, f: &Fault) -> anyhow::Result<()> {
+        let group = self.args.method.is_group();
+        let members =
+            self.slots.iter().filter(|s| matches!(s, Slot::Up { .. } | Slot::Paused { .. }));
+        let running = members.count();
         let slot = std::mem::replace(&mut self.slots[f.peer], Slot::Exited);
         let Slot::Up { mut child } = slot else {
             self.say(format!("peer {} is not running; fault at {} ms skipped", f.peer, f.at_ms));
             self.slots[f.peer] = slot;
+            self.out.skipped_faults += 1;
             return Ok(());
         };
+        if group && running <= 1 {
+            self.say(format!("peer {} is the group's last member; fault skipped", f.peer));
+            self.slots[f.peer] = Slot::Up { child };
+            self.out.skipped_faults += 1;
+            return Ok(());
+        }
         self.slots[f.peer] = match f.kind {
+            FaultKind::Kill { .. } if group => {
+                child.kill().context("cannot kill a peer")?;
+                self.out.kills += 1;
+                self.say(format!("kill peer {} (the group cannot re-admit it: stays out)", f.peer));
+                Slot::Exited
+            }
             FaultKind::Kill { down_ms } => {
                 child.kill().context("cannot kill a peer")?;
                 self.out.kills += 1;
