@@ -5,6 +5,8 @@
 //! cargo test --bench plot -- OUT.svg "TITLE" LABEL=RUN_DIR/metrics.jsonl[*N] … [LABEL@TOKENS=BPB …]
 //! ```
 //! `*N` multiplies a curve's tokens (one swarm peer's file, times the number of peers).
+//! With `--x=wall` first, the x axis is wall-clock seconds (`wall_s` of each record; `*N`
+//! is ignored, points are at seconds): speed scenarios such as `bench/hetero.sh`.
 //! (`cargo test --bench` runs it without a release rebuild of burn and libp2p.)
 
 use std::path::Path;
@@ -15,7 +17,11 @@ use plotters::prelude::*;
 const COLORS: [RGBColor; 6] = [BLUE, RED, GREEN, MAGENTA, CYAN, BLACK];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let mut args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let wall = args.first().is_some_and(|a| a == "--x=wall");
+    if wall {
+        args.remove(0);
+    }
     let [out, title, series @ ..] = args.as_slice() else {
         return Err("usage: plot OUT.svg TITLE LABEL=metrics.jsonl … [LABEL@TOKENS=BPB …]".into());
     };
@@ -32,7 +38,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 None => (path, 1.0),
             };
             let records: Vec<MetricsRecord> = read_jsonl(Path::new(path))?;
-            let xy = records.iter().map(|r| (r.tokens as f64 * times, r.val_bpb)).collect();
+            let x = |r: &MetricsRecord| if wall { r.wall_s } else { r.tokens as f64 * times };
+            let xy = records.iter().map(|r| (x(r), r.val_bpb)).collect();
             curves.push((label.to_owned(), xy));
         }
     }
@@ -57,7 +64,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_cartesian_2d(0f64..x_max * 1.02, (y_min - pad)..(y_max + pad))?;
     chart
         .configure_mesh()
-        .x_desc("tokens (all peers)")
+        .x_desc(if wall { "wall-clock seconds" } else { "tokens (all peers)" })
         .y_desc("validation bits per byte")
         .draw()?;
     for (i, (label, xy)) in curves.iter().enumerate() {

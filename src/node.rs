@@ -27,6 +27,7 @@ pub mod memnet;
 pub mod network;
 mod observer;
 mod setup;
+pub mod slowdown;
 pub mod status;
 pub mod wire;
 pub mod worker;
@@ -35,6 +36,7 @@ pub use error::NodeError;
 pub use network::Network;
 pub use observer::serve_without_training;
 pub use setup::{initial_anchors, proto_peer};
+pub use slowdown::Slowdown;
 use setup::{open, Opened};
 
 use std::cmp::Reverse;
@@ -102,6 +104,9 @@ pub struct NodeOptions {
     /// The status page's and metrics' board (`--http`, `--metrics-addr`), fed with each
     /// status and each step's loss; `None` when neither is served.
     pub board: Option<crate::web::Board>,
+    /// Emulate a slower machine (`--slowdown`): each inner step takes this many times its
+    /// compute time. [`Slowdown::NONE`] for full speed.
+    pub slowdown: Slowdown,
 }
 
 /// How a node ended.
@@ -158,7 +163,8 @@ async fn serve<N: Network>(
     net.put_blob(Bytes::from(opts.manifest.to_bytes()))?;
     tracing::info!(
         run = %opts.manifest.name, manifest = %opts.manifest.run_id(), params = plan.numel(),
-        step = trainer.state().step, shard = ?opts.shard, "training peer started"
+        step = trainer.state().step, shard = ?opts.shard, slowdown = %opts.slowdown,
+        "training peer started"
     );
 
     // A resumed peer reports its checkpoint's progress from its first status file on.
@@ -178,6 +184,7 @@ async fn serve<N: Network>(
         target_step: opts.target_step,
         checkpoint_every: opts.checkpoint_every.max(1),
         hold: late,
+        slowdown: opts.slowdown,
     };
     let endpoints = opts.board.as_ref().map(|b| b.endpoints()).unwrap_or_default();
     let disk = disk::Disk::start(opts.run_dir.clone(), endpoints).map_err(NodeError::Thread)?;
