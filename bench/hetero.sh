@@ -9,13 +9,15 @@
 # Usage: bench/hetero.sh            quick: 90 s per variant, about 6 minutes in all
 #        FULL=1 bench/hetero.sh     300 s per variant
 # Env: PEERS (4), SLOWDOWN (4), DURATION, TARGET (val_bpb for the time-to-target column),
-#      OUT (bench/out/hetero[-full]), ATOLL (binary; default: cargo build, target/debug/atoll).
+#      OUT (bench/out/hetero[-full]), ATOLL (binary; default: cargo build, target/debug/atoll),
+#      TABLE_ONLY=1 (no runs: the table and plot again from OUT, e.g. for another TARGET),
+#      REVERSE=1 (run the variants in the opposite order: a check on drifting machine load).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ -n "${FULL:-}" ]]; then
   duration=${DURATION:-300}; decay=1000; target=${TARGET:-2.9}; tag=hetero-full
 else
-  duration=${DURATION:-90}; decay=300; target=${TARGET:-3.6}; tag=hetero
+  duration=${DURATION:-90}; decay=300; target=${TARGET:-3.45}; tag=hetero
 fi
 peers=${PEERS:-4}
 slowdown=${SLOWDOWN:-4}
@@ -24,10 +26,14 @@ if [[ -z "${ATOLL:-}" ]]; then cargo build --quiet --bin atoll; fi
 exe=${ATOLL:-target/debug/atoll}
 mkdir -p "$out" bench/plots
 
-# The demo's manifest as a template (one peer, one step), then each variant's settings.
-"$exe" demo --peers 1 --steps 1 --run-dir "$out/template" >"$out/template.log" 2>&1
 variants=("K=all|{\"quorum\": $peers}" 'K=1|{"quorum": 1, "gamma": 0.0}' 'K=1 grace|{"quorum": 1, "gamma": 0.5}')
-for v in "${variants[@]}"; do
+# The demo's manifest as a template (one peer, one step), then each variant's settings.
+[[ -n "${TABLE_ONLY:-}" ]] ||
+  "$exe" demo --peers 1 --steps 1 --run-dir "$out/template" >"$out/template.log" 2>&1
+order=("${variants[@]}")
+[[ -z "${REVERSE:-}" ]] || order=("${variants[2]}" "${variants[1]}" "${variants[0]}")
+for v in "${order[@]}"; do
+  [[ -n "${TABLE_ONLY:-}" ]] && break
   name=${v%%|*}; over=${v#*|}; dir="$out/${name//[ =]/_}"
   python3 - "$out/template/manifest.json" "$dir.json" "$over" "$decay" <<'PY'
 import json, sys

@@ -4,7 +4,8 @@
 //! ```text
 //! cargo test --bench plot -- OUT.svg "TITLE" LABEL=RUN_DIR/metrics.jsonl[*N] … [LABEL@TOKENS=BPB …]
 //! ```
-//! `*N` multiplies a curve's tokens (one swarm peer's file, times the number of peers).
+//! A series is split at its last `=` (labels may hold one). `*N` multiplies a curve's tokens
+//! (one swarm peer's file, times the number of peers).
 //! With `--x=wall` first, the x axis is wall-clock seconds (`wall_s` of each record; `*N`
 //! is ignored, points are at seconds): speed scenarios such as `bench/hetero.sh`.
 //! (`cargo test --bench` runs it without a release rebuild of burn and libp2p.)
@@ -32,7 +33,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let (tokens, bpb) = rest.split_once('=').ok_or(format!("bad point {s:?}"))?;
             points.push((label.to_owned(), (tokens.parse()?, bpb.parse()?)));
         } else {
-            let (label, path) = s.split_once('=').ok_or(format!("bad series {s:?}"))?;
+            let (label, path) = s.rsplit_once('=').ok_or(format!("bad series {s:?}"))?;
             let (path, times) = match path.rsplit_once('*') {
                 Some((p, n)) => (p, n.parse::<f64>()?),
                 None => (path, 1.0),

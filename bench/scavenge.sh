@@ -8,13 +8,14 @@
 # wall-clock). Usage: bench/scavenge.sh            quick: 150 s per run, about 6 minutes
 #                     FULL=1 bench/scavenge.sh     450 s per run
 # Env: BASE (2), LATE (2), SLOWDOWN (4), DURATION, LATE_AFTER (a third of DURATION), TARGET,
-#      OUT (bench/out/scavenge[-full]), ATOLL (binary; default: cargo build, target/debug/atoll).
+#      OUT (bench/out/scavenge[-full]), ATOLL (binary; default: cargo build, target/debug/atoll),
+#      TABLE_ONLY=1 (no runs: the table and plot again from OUT, e.g. for another TARGET).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ -n "${FULL:-}" ]]; then
   duration=${DURATION:-450}; decay=1000; target=${TARGET:-3.0}; tag=scavenge-full
 else
-  duration=${DURATION:-150}; decay=300; target=${TARGET:-3.6}; tag=scavenge
+  duration=${DURATION:-150}; decay=300; target=${TARGET:-3.4}; tag=scavenge
 fi
 base=${BASE:-2}
 late=${LATE:-2}
@@ -25,7 +26,8 @@ if [[ -z "${ATOLL:-}" ]]; then cargo build --quiet --bin atoll; fi
 exe=${ATOLL:-target/debug/atoll}
 mkdir -p "$out" bench/plots
 
-"$exe" demo --peers 1 --steps 1 --run-dir "$out/template" >"$out/template.log" 2>&1
+[[ -n "${TABLE_ONLY:-}" ]] ||
+  "$exe" demo --peers 1 --steps 1 --run-dir "$out/template" >"$out/template.log" 2>&1
 python3 - "$out/template/manifest.json" "$out/manifest.json" "$decay" <<'PY'
 import json, sys
 m = json.load(open(sys.argv[1]))
@@ -36,6 +38,7 @@ PY
 common=(--peers "$base" --duration "$duration" --slowdown "$slowdown" --config "$out/manifest.json")
 runs=("without|" "with|--late-peers $late --late-after $late_after")
 for r in "${runs[@]}"; do
+  [[ -n "${TABLE_ONLY:-}" ]] && break
   name=${r%%|*}; extra=${r#*|}
   echo "== $name: atoll demo ${common[*]} $extra"
   # shellcheck disable=SC2086

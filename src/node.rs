@@ -36,8 +36,8 @@ pub use error::NodeError;
 pub use network::Network;
 pub use observer::serve_without_training;
 pub use setup::{initial_anchors, proto_peer};
-pub use slowdown::Slowdown;
 use setup::{open, Opened};
+pub use slowdown::Slowdown;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};

@@ -21,8 +21,21 @@ fn a_throttled_peer_steps_slower_and_a_late_peer_joins_the_swarm() {
     let config = common::write_manifest(tmp.path().join("tiny.json"), &manifest);
     let run_dir = tmp.path().join("demo");
     let args = [
-        "demo", "--peers", "2", "--duration", "12", "--slowdown", "4", "--slow-peers", "1",
-        "--late-peers", "1", "--late-after", "4", "--timeout", "90",
+        "demo",
+        "--peers",
+        "2",
+        "--duration",
+        "12",
+        "--slowdown",
+        "4",
+        "--slow-peers",
+        "1",
+        "--late-peers",
+        "1",
+        "--late-after",
+        "4",
+        "--timeout",
+        "90",
     ];
     let out = common::run_swarm_command(&args, &run_dir, &config);
     let summary: serde_json::Value =
@@ -68,11 +81,24 @@ fn nonsense_slowdowns_and_flag_combinations_are_refused_with_the_reason() {
         (&["run", "--run-dir", dir, "--no-train", "--slowdown", "2"], "--slowdown slows"),
         (&["demo", "--run-dir", dir, "--slowdown", "inf"], "from 1 (full speed)"),
         (&["demo", "--run-dir", dir, "--slow-peers", "1"], "needs --slowdown"),
-        (&["demo", "--run-dir", dir, "--peers", "2", "--slowdown", "2", "--slow-peers", "3"], "more than --peers"),
+        (
+            &["demo", "--run-dir", dir, "--peers", "2", "--slowdown", "2", "--slow-peers", "3"],
+            "more than --peers",
+        ),
         (&["demo", "--run-dir", dir, "--late-peers", "1"], "needs --late-after"),
         (&["demo", "--run-dir", dir, "--late-after", "5"], "needs --late-peers"),
         (
-            &["demo", "--run-dir", dir, "--late-peers", "1", "--late-after", "9", "--duration", "9"],
+            &[
+                "demo",
+                "--run-dir",
+                dir,
+                "--late-peers",
+                "1",
+                "--late-after",
+                "9",
+                "--duration",
+                "9",
+            ],
             "must be less than --duration",
         ),
         (&["demo", "--run-dir", dir, "--method", "dp", "--slowdown", "2"], "not --method dp"),

@@ -53,8 +53,7 @@ impl Slowdown {
         }
         // Both factors are bounded (a step of a day × 999 still fits a Duration), but a
         // clock that jumped must not panic the trainer: saturate instead.
-        Duration::try_from_secs_f64(compute.as_secs_f64() * (self.0 - 1.0))
-            .unwrap_or(Duration::MAX)
+        Duration::try_from_secs_f64(compute.as_secs_f64() * (self.0 - 1.0)).unwrap_or(Duration::MAX)
     }
 }
 
