@@ -9,7 +9,8 @@
 #                     FULL=1 bench/scavenge.sh     450 s per run
 # Env: BASE (2), LATE (2), SLOWDOWN (4), DURATION, LATE_AFTER (a third of DURATION), TARGET,
 #      OUT (bench/out/scavenge[-full]), ATOLL (binary; default: cargo build, target/debug/atoll),
-#      TABLE_ONLY=1 (no runs: the table and plot again from OUT, e.g. for another TARGET).
+#      TABLE_ONLY=1 (no runs: the table and plot again from OUT, e.g. for another TARGET),
+#      REVERSE=1 (the swarm with added peers first: a check on drifting machine load).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ -n "${FULL:-}" ]]; then
@@ -37,6 +38,7 @@ json.dump(m, open(sys.argv[2], "w"))
 PY
 common=(--peers "$base" --duration "$duration" --slowdown "$slowdown" --config "$out/manifest.json")
 runs=("without|" "with|--late-peers $late --late-after $late_after")
+[[ -z "${REVERSE:-}" ]] || runs=("${runs[1]}" "${runs[0]}")
 for r in "${runs[@]}"; do
   [[ -n "${TABLE_ONLY:-}" ]] && break
   name=${r%%|*}; extra=${r#*|}
