@@ -4,7 +4,10 @@
 //! ```text
 //! cargo test --bench plot -- OUT.svg "TITLE" LABEL=RUN_DIR/metrics.jsonl[*N] … [LABEL@TOKENS=BPB …]
 //! ```
-//! `*N` multiplies a curve's tokens (one swarm peer's file, times the number of peers).
+//! A series is split at its last `=` (labels may hold one). `*N` multiplies a curve's tokens
+//! (one swarm peer's file, times the number of peers).
+//! With `--x=wall` first, the x axis is wall-clock seconds (`wall_s` of each record; `*N`
+//! is ignored, points are at seconds): speed scenarios such as `bench/hetero.sh`.
 //! A series `LABEL=pts:X:Y,X:Y,…` is a line through given points (with markers); then
 //! `--x-desc TEXT` and `--y-desc TEXT` name the axes (e.g. goodput against MTBF).
 //! (`cargo test --bench` runs it without a release rebuild of burn and libp2p.)
@@ -18,7 +21,11 @@ const COLORS: [RGBColor; 6] = [BLUE, RED, GREEN, MAGENTA, CYAN, BLACK];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
-    let mut x_desc = "tokens (all peers)".to_owned();
+    let wall = args.first().is_some_and(|a| a == "--x=wall");
+    if wall {
+        args.remove(0);
+    }
+    let mut x_desc = if wall { "wall-clock seconds" } else { "tokens (all peers)" }.to_owned();
     let mut y_desc = "validation bits per byte".to_owned();
     for (flag, desc) in [("--x-desc", &mut x_desc), ("--y-desc", &mut y_desc)] {
         if let Some(i) = args.iter().position(|a| a == flag) {
@@ -37,7 +44,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let (tokens, bpb) = rest.split_once('=').ok_or(format!("bad point {s:?}"))?;
             points.push((label.to_owned(), (tokens.parse()?, bpb.parse()?)));
         } else {
-            let (label, path) = s.split_once('=').ok_or(format!("bad series {s:?}"))?;
+            let (label, path) = s.rsplit_once('=').ok_or(format!("bad series {s:?}"))?;
             if let Some(pts) = path.strip_prefix("pts:") {
                 let mut xy = Vec::new();
                 for p in pts.split(',').filter(|p| !p.is_empty()) {
@@ -53,7 +60,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 None => (path, 1.0),
             };
             let records: Vec<MetricsRecord> = read_jsonl(Path::new(path))?;
-            let xy = records.iter().map(|r| (r.tokens as f64 * times, r.val_bpb)).collect();
+            let x = |r: &MetricsRecord| if wall { r.wall_s } else { r.tokens as f64 * times };
+            let xy = records.iter().map(|r| (x(r), r.val_bpb)).collect();
             curves.push((label.to_owned(), xy));
         }
     }

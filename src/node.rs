@@ -28,6 +28,7 @@ pub mod network;
 mod observer;
 pub mod priority;
 mod setup;
+pub mod slowdown;
 pub mod status;
 pub mod wire;
 pub mod worker;
@@ -37,6 +38,7 @@ pub use network::Network;
 pub use observer::serve_without_training;
 pub use setup::{initial_anchors, proto_peer};
 use setup::{open, Opened};
+pub use slowdown::Slowdown;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
@@ -103,6 +105,9 @@ pub struct NodeOptions {
     /// The status page's and metrics' board (`--http`, `--metrics-addr`), fed with each
     /// status and each step's loss; `None` when neither is served.
     pub board: Option<crate::web::Board>,
+    /// Emulate a slower machine (`--slowdown`): each inner step takes this many times its
+    /// compute time. [`Slowdown::NONE`] for full speed.
+    pub slowdown: Slowdown,
 }
 
 /// How a node ended.
@@ -159,7 +164,8 @@ async fn serve<N: Network>(
     net.put_blob(Bytes::from(opts.manifest.to_bytes()))?;
     tracing::info!(
         run = %opts.manifest.name, manifest = %opts.manifest.run_id(), params = plan.numel(),
-        step = trainer.state().step, shard = ?opts.shard, "training peer started"
+        step = trainer.state().step, shard = ?opts.shard, slowdown = %opts.slowdown,
+        "training peer started"
     );
 
     // A resumed peer reports its checkpoint's progress from its first status file on.
@@ -179,6 +185,7 @@ async fn serve<N: Network>(
         target_step: opts.target_step,
         checkpoint_every: opts.checkpoint_every.max(1),
         hold: late,
+        slowdown: opts.slowdown,
     };
     let endpoints = opts.board.as_ref().map(|b| b.endpoints()).unwrap_or_default();
     let disk = disk::Disk::start(opts.run_dir.clone(), endpoints).map_err(NodeError::Thread)?;

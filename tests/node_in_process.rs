@@ -67,6 +67,7 @@ impl Peer {
             checkpoint_every: 50,
             on_listening: None,
             board: None,
+            slowdown: node::Slowdown::NONE,
         };
         let (net, events) = swarm.join(id);
         let (stop, stopped) = oneshot::channel::<()>();

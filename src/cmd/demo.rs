@@ -46,6 +46,73 @@ pub struct Args {
     /// Cap every peer's uploads of payloads at this many megabits per second (a slow link).
     #[arg(long, value_name = "MBPS")]
     pub max_upload_mbps: Option<f64>,
+    /// Train for this many seconds instead of --steps (which still sets the default
+    /// manifest's learning-rate decay): peers of different speeds stop together.
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub duration: Option<u64>,
+    /// Emulate slower hardware on some peers (`atoll run --slowdown F`): their inner steps
+    /// take F times their compute time. F from 1 to 1000.
+    #[arg(long, value_name = "F", default_value = "1")]
+    pub slowdown: atoll::node::Slowdown,
+    /// How many peers get --slowdown: the last N of --peers. Default: every peer, late
+    /// ones included (a swarm of slow machines that fits on few cores).
+    #[arg(long, value_name = "N")]
+    pub slow_peers: Option<u32>,
+    /// Scavenging: start this many more peers --late-after seconds into the run (each with
+    /// its own shard; with --duration they stop with the others).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub late_peers: u32,
+    /// Seconds after the first peer started when the --late-peers start.
+    #[arg(long, value_name = "SECS")]
+    pub late_after: Option<u64>,
+}
+
+impl Args {
+    /// Refuses combinations that would silently do something else than asked.
+    fn check(&self) -> anyhow::Result<()> {
+        let atoll = self.method == super::run::Method::Atoll;
+        let slowed = self.slowdown != atoll::node::Slowdown::NONE;
+        if let Some(n) = self.slow_peers {
+            if !slowed {
+                bail!("--slow-peers {n} needs --slowdown F with F > 1");
+            }
+            if n > self.peers {
+                bail!("--slow-peers {n} is more than --peers {}", self.peers);
+            }
+        }
+        if self.peers + self.late_peers > 16 {
+            bail!("--peers plus --late-peers is at most 16");
+        }
+        match (self.late_peers, self.late_after, self.duration) {
+            (0, Some(_), _) => bail!("--late-after needs --late-peers N"),
+            (1.., None, _) => bail!("--late-peers needs --late-after SECS"),
+            (1.., Some(a), Some(d)) if a >= d => {
+                bail!("--late-after {a} must be less than --duration {d}")
+            }
+            _ => {}
+        }
+        if !atoll && (slowed || self.late_peers > 0) {
+            bail!("--slowdown and --late-peers run atoll peers, not --method dp|diloco");
+        }
+        Ok(())
+    }
+
+    /// Whether peer `index` runs with `--slowdown`.
+    fn slowed(&self, index: u32) -> bool {
+        match self.slow_peers {
+            None => true,
+            Some(n) => index < self.peers && index + n >= self.peers,
+        }
+    }
+
+    /// When peer `index` starts, counted from the first peer's start.
+    fn start_after(&self, index: u32) -> u64 {
+        if index < self.peers {
+            0
+        } else {
+            self.late_after.unwrap_or(0)
+        }
+    }
 }
 
 /// One peer in `summary.json`.
@@ -59,6 +126,10 @@ pub struct PeerSummary {
     pub bytes_sent: u64,
     pub bytes_received: u64,
     pub anchor_hashes: Vec<String>,
+    /// Its `--slowdown` factor (1: full speed).
+    pub slowdown: f64,
+    /// Seconds after the first peer it started (0 but for `--late-peers`).
+    pub started_after_s: u64,
 }
 
 /// `summary.json`.
@@ -72,6 +143,7 @@ pub struct Summary {
     pub mean_final_val_bpb: Option<f64>,
     pub wall_s: f64,
     pub param_count: usize,
+    /// Most inner steps one peer took.
     pub steps: u64,
     /// What synchronous data-parallel would send per peer for the same steps
     /// (2 × parameters × 4 bytes per step), and the ratio to what a peer sent.
@@ -87,18 +159,29 @@ struct Peer {
 }
 
 pub fn main(args: Args) -> anyhow::Result<()> {
+    args.check()?;
     let started = Instant::now();
     swarm::prepare_dir(&args.run_dir, &[SUMMARY_FILE])?;
     let (_, manifest) = args.run.open(Some(args.steps))?;
     let manifest_path = swarm::save_manifest(&args.run_dir, &manifest)?;
+    let length = match args.duration {
+        Some(d) => format!("{d} s"),
+        None => format!("{} steps", args.steps),
+    };
     println!(
-        "demo: {} {} peers × {} steps, manifest {} in {}",
+        "demo: {} {} peers × {length}, manifest {} in {}",
         args.peers,
         args.method.name(),
-        args.steps,
         manifest.run_id(),
         args.run_dir.display()
     );
+    if args.slowdown != atoll::node::Slowdown::NONE {
+        let slow = (0..args.peers + args.late_peers).filter(|&i| args.slowed(i)).count();
+        println!("demo: {slow} peers slowed {}× (--slowdown)", args.slowdown);
+    }
+    if let (1.., Some(after)) = (args.late_peers, args.late_after) {
+        println!("demo: {} more peers after {after} s (--late-peers)", args.late_peers);
+    }
 
     let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
     let mut peers: Vec<Peer> = Vec::new();
@@ -129,20 +212,28 @@ fn start_peer(
     multi: &MultiProgress,
 ) -> anyhow::Result<Peer> {
     let dir = swarm::peer_dir(&args.run_dir, index);
-    let shard = format!("{index}/{}", args.peers);
-    let mut spec = Spec::train(dir.clone(), manifest, &shard, Until::Steps(args.steps))
+    let shard = format!("{index}/{}", args.peers + args.late_peers);
+    let until = match args.duration {
+        // A late peer stops with the others.
+        Some(d) => Until::Seconds(d.saturating_sub(args.start_after(index)).max(1)),
+        None => Until::Steps(args.steps),
+    };
+    let mut spec = Spec::train(dir.clone(), manifest, &shard, until)
         .bootstrap(bootstrap.iter().cloned())
         .backend(args.run.backend)
         .data(args.run.data.as_deref());
     if let Some(mbps) = args.max_upload_mbps {
         spec = spec.arg("--max-upload-mbps").arg(&mbps.to_string());
     }
+    if args.slowed(index) && args.slowdown != atoll::node::Slowdown::NONE {
+        spec = spec.arg("--slowdown").arg(&args.slowdown.to_string());
+    }
     if args.method != super::run::Method::Atoll {
         let group = args.peers.to_string();
         spec = spec.arg("--method").arg(args.method.name()).arg("--group").arg(&group);
     }
     let process = swarm::start(&spec)?;
-    let bar = swarm::bar(multi, &index.to_string(), args.steps);
+    let bar = swarm::bar(multi, &index.to_string(), spec.steps().unwrap_or(0));
     Ok(Peer { dir, process, bar })
 }
 
@@ -172,6 +263,7 @@ fn run_swarm(
     for i in 1..args.peers {
         peers.push(start_peer(args, manifest, i, std::slice::from_ref(&addr), multi)?);
     }
+    let first_started = Instant::now();
     let plain = !swarm::console_is_terminal();
     let mut last_plain = Instant::now();
     loop {
@@ -195,7 +287,13 @@ fn run_swarm(
                 }
             }
         }
-        if running == 0 {
+        let next = peers.len() as u32;
+        let late = next < args.peers + args.late_peers;
+        if late && first_started.elapsed().as_secs() >= args.start_after(next) {
+            peers.push(start_peer(args, manifest, next, std::slice::from_ref(&addr), multi)?);
+            continue;
+        }
+        if running == 0 && !late {
             return Ok(());
         }
         if Instant::now() > deadline {
@@ -213,7 +311,7 @@ fn summarise(
 ) -> anyhow::Result<Summary> {
     let mut out = Vec::new();
     let mut param_count = 0;
-    for p in peers {
+    for (i, p) in peers.iter().enumerate() {
         let path = p.dir.join(status::FILE_NAME);
         let s: StatusFile =
             status::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
@@ -228,13 +326,16 @@ fn summarise(
             bytes_sent: s.stats.bytes_sent,
             bytes_received: s.stats.bytes_received,
             anchor_hashes: t.anchor_hashes,
+            slowdown: if args.slowed(i as u32) { args.slowdown.factor() } else { 1.0 },
+            started_after_s: args.start_after(i as u32),
         });
     }
     let anchors_agree = out.windows(2).all(|w| w[0].anchor_hashes == w[1].anchor_hashes);
     let bpbs: Vec<f64> = out.iter().filter_map(|p| p.final_val_bpb).collect();
     let mean_final_val_bpb = (bpbs.len() == out.len() && !bpbs.is_empty())
         .then(|| bpbs.iter().sum::<f64>() / bpbs.len() as f64);
-    let dp = 2 * param_count as u64 * 4 * args.steps;
+    let steps = out.iter().map(|p| p.steps).max().unwrap_or(0);
+    let dp = 2 * param_count as u64 * 4 * steps;
     let max_sent = out.iter().map(|p| p.bytes_sent).max().unwrap_or(0).max(1);
     Ok(Summary {
         consensus_distance: swarm::consensus(manifest, peers.iter().map(|p| p.dir.as_path()))?,
@@ -242,7 +343,7 @@ fn summarise(
         mean_final_val_bpb,
         wall_s,
         param_count,
-        steps: args.steps,
+        steps,
         data_parallel_bytes_per_peer: dp,
         bytes_ratio_vs_data_parallel: dp as f64 / max_sent as f64,
         manifest_id: manifest.run_id().short(),

@@ -114,6 +114,10 @@ pub struct Args {
     /// Serve Prometheus metrics at `/metrics` on this address (port 0: any free port).
     #[arg(long, value_name = "ADDR")]
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Emulate slower hardware: each inner step takes F times its compute time (the trainer
+    /// idles for the rest, leaving the cores to others). F from 1 (full speed) to 1000.
+    #[arg(long, value_name = "F", default_value = "1")]
+    pub slowdown: node::Slowdown,
 }
 
 /// What an `atoll run` peer runs.
@@ -145,6 +149,9 @@ pub fn main(mut args: Args) -> anyhow::Result<()> {
     }
     if args.method != Method::Atoll && (args.http.is_some() || args.metrics_addr.is_some()) {
         bail!("--http and --metrics-addr serve atoll peers (training or --no-train), not --method dp|diloco");
+    }
+    if args.slowdown != node::Slowdown::NONE && (args.no_train || args.method != Method::Atoll) {
+        bail!("--slowdown slows an atoll training peer's inner steps; not --no-train or --method dp|diloco");
     }
     if !args.no_train {
         // Before any tensor work: burn's kernels run on this pool (ARCHITECTURE, "CPU
@@ -274,6 +281,7 @@ async fn train(args: Args) -> anyhow::Result<()> {
         target_step: args.steps,
         duration: args.duration.map(Duration::from_secs),
         checkpoint_every: args.checkpoint_every,
+        slowdown: args.slowdown,
         on_listening: Some(Box::new(move |peer, addrs| {
             println!("peer_id {peer}");
             for a in addrs {

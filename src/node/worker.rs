@@ -5,6 +5,8 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+use super::slowdown::Slowdown;
+
 use tokio::sync::mpsc;
 
 use crate::checkpoint;
@@ -79,6 +81,8 @@ pub struct WorkerSetup {
     pub checkpoint_every: u64,
     /// Wait for [`ToWorker::Start`] before the first step.
     pub hold: bool,
+    /// An emulated slower machine: each inner step takes this many times its compute time.
+    pub slowdown: Slowdown,
 }
 
 /// Runs the training thread until [`ToWorker::Finish`] or the command channel closes.
@@ -185,10 +189,16 @@ impl Worker {
     }
 
     fn step(&mut self, s: &mut WorkerSetup, out: &mpsc::Sender<FromWorker>) -> Result<(), String> {
-        let began = Instant::now();
+        let computing = Instant::now();
         let stats = s.trainer.step();
+        let pause = s.slowdown.pause(computing.elapsed());
+        if !pause.is_zero() {
+            // Before the commands are looked at again: a slow machine answers at its own
+            // step boundaries (see `slowdown`).
+            std::thread::sleep(pause);
+        }
         let step = s.trainer.state().step;
-        tracing::trace!(step, ms = began.elapsed().as_millis(), "inner step");
+        tracing::trace!(step, ms = computing.elapsed().as_millis(), "inner step");
         if !stats.loss.is_finite() {
             return Err(format!("training diverged at step {step} (loss {})", stats.loss));
         }
