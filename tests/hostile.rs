@@ -42,9 +42,10 @@ struct Outcome {
 fn one_hostile_peer_cannot_crash_steer_or_take_over_a_swarm() {
     let _serial = common::serial();
     let tmp = common::test_dir("hostile-");
-    // Unattacked runs of the same config differ by up to ~3% on their own (which deltas
-    // make which round depends on timing), so the attacked run is held against the worse
-    // of two: an attack may not cost more than 2% beyond what timing alone does.
+    // Unattacked runs of the same config differ by up to ~4% on their own (which deltas
+    // make which round depends on timing: 3.73–3.87 measured), so the attacked run is held
+    // against the worse of two: an attack may not cost more than 3% beyond what timing
+    // alone does (an attack that steers the swarm costs orders of magnitude more).
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     let clean: Vec<f64> =
         (0..2).map(|i| mean(&run(&tmp.path().join(format!("clean-{i}")), false).val_bpb)).collect();
@@ -54,7 +55,7 @@ fn one_hostile_peer_cannot_crash_steer_or_take_over_a_swarm() {
         "val_bpb clean {clean:?} attacked {:?}; rejected {:?}; banned by {:?}; peak RSS {} KiB",
         attacked.val_bpb, attacked.rejected, attacked.banned, attacked.peak_rss_kib
     );
-    assert!(a <= 1.02 * c, "attacked {a:.3} vs clean {c:.3}");
+    assert!(a <= 1.03 * c, "attacked {a:.3} vs clean {c:.3}");
     for offence in ["inflated_claim", "equivocation", "forged_author"] {
         assert!(attacked.rejected.get(offence).copied().unwrap_or(0) > 0, "{offence} not seen");
     }
