@@ -8,16 +8,19 @@
 //! passes [`decode`]: it is displayed and used for diagnosis, never acted on.
 //!
 //! ```text
-//! heartbeat v1 = "ATHB" version:u8=1 flags:u8 reachability:u8
+//! heartbeat v2 = "ATHB" version:u8=2 flags:u8 reachability:u8
 //!                vlen:u8 atoll_version[vlen]              (≤ 32 bytes of [0-9A-Za-z.+_-])
 //!                [manifest:8]                             (flag 2: first 8 bytes of the run id)
 //!                step:u64 tokens_per_s:f32 [val_bpb:f32]  (flag 4)
 //!                merges:u64 run_peers:u16 sent_unix_ms:u64
 //!                nrounds:u8 round:u64 × nrounds           (≤ 64: the first 64 fragments)
-//! flags: 1 trains, 2 manifest, 4 val_bpb; integers big-endian; no trailing bytes.
+//!                [anchor:6 × nrounds]                     (flag 8: each fragment state's
+//!                                                          blake3, first 6 bytes)
+//! flags: 1 trains, 2 manifest, 4 val_bpb, 8 anchors; integers big-endian; no trailing bytes.
+//! v1 is v2 without flag 8; it is still read (an older peer's heartbeat).
 //! ```
 //!
-//! At most 595 bytes. Every field is checked: unknown flags, a reachability out of range,
+//! At most 979 bytes. Every field is checked: unknown flags, a reachability out of range,
 //! non-finite or absurd floats, a clock beyond year 30 000 are errors, never panics.
 
 pub mod table;
@@ -27,7 +30,9 @@ use serde::{Deserialize, Serialize};
 
 const MAGIC: &[u8; 4] = b"ATHB";
 /// Wire version of heartbeats. Bump on any change of the layout.
-pub const HEARTBEAT_VERSION: u8 = 1;
+pub const HEARTBEAT_VERSION: u8 = 2;
+/// Hex digits of a short anchor hash (6 bytes): enough to tell states apart on a page.
+pub const ANCHOR_HEX: usize = 12;
 /// Longest version string carried.
 pub const MAX_VERSION_LEN: usize = 32;
 /// Most fragment rounds carried (a run with more fragments sends its first 64).
@@ -40,7 +45,7 @@ pub const MAX_VAL_BPB: f32 = 1e3;
 pub const MAX_UNIX_MS: u64 = 1 << 49;
 /// Largest encoded heartbeat.
 pub const MAX_ENCODED: usize =
-    4 + 4 + MAX_VERSION_LEN + 8 + 8 + 4 + 4 + 8 + 2 + 8 + 1 + 8 * MAX_ROUNDS;
+    4 + 4 + MAX_VERSION_LEN + 8 + 8 + 4 + 4 + 8 + 2 + 8 + 1 + 8 * MAX_ROUNDS + 6 * MAX_ROUNDS;
 
 // Every heartbeat fits atoll-net's limit for the topic.
 const _: () = assert!(MAX_ENCODED <= atoll_net::heartbeat::MAX_HEARTBEAT_BYTES);
@@ -48,7 +53,8 @@ const _: () = assert!(MAX_ENCODED <= atoll_net::heartbeat::MAX_HEARTBEAT_BYTES);
 const FLAG_TRAINS: u8 = 1;
 const FLAG_MANIFEST: u8 = 2;
 const FLAG_VAL_BPB: u8 = 4;
-const KNOWN_FLAGS: u8 = FLAG_TRAINS | FLAG_MANIFEST | FLAG_VAL_BPB;
+const FLAG_ANCHORS: u8 = 8;
+const KNOWN_FLAGS: u8 = FLAG_TRAINS | FLAG_MANIFEST | FLAG_VAL_BPB | FLAG_ANCHORS;
 
 /// One peer's heartbeat, as it claims it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -66,6 +72,10 @@ pub struct Heartbeat {
     pub val_bpb: Option<f32>,
     /// Round of each fragment's state (the first [`MAX_ROUNDS`]).
     pub rounds: Vec<u64>,
+    /// Each of those states' short hash ([`ANCHOR_HEX`] hex digits of its blake3), so a
+    /// peer can tell whether the swarm agrees; empty when not sent (a v1 peer, a relay).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub anchors: Vec<String>,
     /// Merges so far.
     pub merges: u64,
     /// Whether others can dial it (AutoNAT), as it believes.
@@ -101,12 +111,12 @@ pub fn short_peer(peer: &str) -> String {
     format!("…{}", &peer[start..])
 }
 
-/// The short run id (16 hex digits) as 8 bytes, if it is one.
-fn manifest_bytes(hex: &str) -> Option<[u8; 8]> {
-    if hex.len() != 16 {
+/// `2N` hex digits (a short run id, a short anchor hash) as N bytes, if they are.
+fn hex_bytes<const N: usize>(hex: &str) -> Option<[u8; N]> {
+    if hex.len() != 2 * N {
         return None;
     }
-    let mut out = [0u8; 8];
+    let mut out = [0u8; N];
     for (i, b) in out.iter_mut().enumerate() {
         *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
     }
@@ -132,7 +142,8 @@ pub fn encode(hb: &Heartbeat) -> Vec<u8> {
         .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '+' | '_' | '-'))
         .collect();
     version.truncate(MAX_VERSION_LEN);
-    let manifest = hb.manifest.as_deref().and_then(manifest_bytes);
+    let manifest = hb.manifest.as_deref().and_then(hex_bytes::<8>);
+    let anchors = anchor_bytes(&hb.anchors, hb.rounds.len().min(MAX_ROUNDS));
     let val_bpb = hb.val_bpb.filter(|v| float_ok(*v, MAX_VAL_BPB));
     let mut flags = 0;
     if hb.trains {
@@ -143,6 +154,9 @@ pub fn encode(hb: &Heartbeat) -> Vec<u8> {
     }
     if val_bpb.is_some() {
         flags |= FLAG_VAL_BPB;
+    }
+    if anchors.is_some() {
+        flags |= FLAG_ANCHORS;
     }
     let mut out = Vec::with_capacity(MAX_ENCODED);
     out.extend_from_slice(MAGIC);
@@ -168,7 +182,18 @@ pub fn encode(hb: &Heartbeat) -> Vec<u8> {
     for r in rounds {
         out.extend_from_slice(&r.to_be_bytes());
     }
+    if let Some(anchors) = anchors {
+        out.extend(anchors.iter().flatten());
+    }
     out
+}
+
+/// The first `n` short anchor hashes as bytes, if there are `n` and each is one.
+fn anchor_bytes(anchors: &[String], n: usize) -> Option<Vec<[u8; 6]>> {
+    if n == 0 || anchors.len() < n {
+        return None;
+    }
+    anchors[..n].iter().map(|a| hex_bytes::<6>(a.get(..ANCHOR_HEX)?)).collect()
 }
 
 fn reach_tag(r: Reachability) -> u8 {
@@ -222,11 +247,12 @@ pub fn decode(bytes: &[u8]) -> Result<Heartbeat, HeartbeatError> {
         return Err(HeartbeatError::Magic);
     }
     let wire = r.u8()?;
-    if wire != HEARTBEAT_VERSION {
+    if wire != HEARTBEAT_VERSION && wire != 1 {
         return Err(HeartbeatError::Version(wire));
     }
     let flags = r.u8()?;
-    if flags & !KNOWN_FLAGS != 0 {
+    let known = if wire == 1 { KNOWN_FLAGS & !FLAG_ANCHORS } else { KNOWN_FLAGS };
+    if flags & !known != 0 {
         return Err(HeartbeatError::Field("unknown flags"));
     }
     let reachability = match r.u8()? {
@@ -274,6 +300,15 @@ pub fn decode(bytes: &[u8]) -> Result<Heartbeat, HeartbeatError> {
         return Err(HeartbeatError::Field("round count"));
     }
     let rounds = (0..n).map(|_| r.u64()).collect::<Result<Vec<u64>, _>>()?;
+    let anchors = if flags & FLAG_ANCHORS != 0 {
+        if n == 0 {
+            return Err(HeartbeatError::Field("anchors without rounds"));
+        }
+        let hex = |a: [u8; 6]| a.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        (0..n).map(|_| r.array::<6>().map(hex)).collect::<Result<Vec<String>, _>>()?
+    } else {
+        Vec::new()
+    };
     if !r.0.is_empty() {
         return Err(HeartbeatError::Trailing(r.0.len()));
     }
@@ -285,6 +320,7 @@ pub fn decode(bytes: &[u8]) -> Result<Heartbeat, HeartbeatError> {
         tokens_per_s,
         val_bpb,
         rounds,
+        anchors,
         merges,
         reachability,
         run_peers,

@@ -9,6 +9,7 @@
 //!   it polls, `/api/status` and `/api/history`.
 
 pub mod board;
+pub mod consensus;
 pub mod http;
 pub mod prom;
 

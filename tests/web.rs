@@ -331,6 +331,9 @@ fn the_status_page_shows_a_live_swarm_in_chromium() {
     assert!(curve2 > curve, "the loss curve did not grow: {curve} then {curve2}");
     assert_eq!(num::<u64>(&dom, "loss-plot", "data-step"), steps);
     check_rounds(&dom, &peers[0].training().unwrap());
+    // Peer 1's heartbeats carry its states' short hashes: the consensus column compares them.
+    let reported: u64 = num(&dom, "consensus", "data-reported");
+    assert_eq!(reported, 1, "peers whose anchors reached the page");
     let sent: u64 = num(&dom, "bytes-sent", "data-bytes");
     assert!(sent > before.stats.bytes_sent, "bytes sent on the page {sent}");
     assert!(peers[0].status().is_some_and(|s| s.stats.bytes_sent >= sent));

@@ -55,6 +55,7 @@ fn heartbeat(rounds: &[u64]) -> Heartbeat {
         tokens_per_s: 1500.0,
         val_bpb: Some(3.3),
         rounds: rounds.to_vec(),
+        anchors: Vec::new(),
         merges: 70,
         reachability: Reachability::Unknown,
         run_peers: 2,

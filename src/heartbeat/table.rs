@@ -209,6 +209,7 @@ mod tests {
             tokens_per_s: 1.0,
             val_bpb: None,
             rounds: vec![1],
+            anchors: Vec::new(),
             merges: 0,
             reachability: Reachability::Unknown,
             run_peers: 1,

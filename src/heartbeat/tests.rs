@@ -11,6 +11,9 @@ fn sample() -> Heartbeat {
         tokens_per_s: 5120.5,
         val_bpb: Some(3.25),
         rounds: vec![10, 10, 9, 9],
+        anchors: ["0123456789ab", "0123456789ab", "ba9876543210", "ffffffffffff"]
+            .map(String::from)
+            .to_vec(),
         merges: 37,
         reachability: Reachability::Private,
         run_peers: 3,
@@ -22,13 +25,14 @@ fn sample() -> Heartbeat {
 fn round_trip() {
     let hb = sample();
     assert_eq!(decode(&encode(&hb)).unwrap(), hb);
-    // The default run (4 fragments) sends 88 bytes (before gossipsub's signed envelope).
-    assert_eq!(encode(&hb).len(), 88);
+    // The default run (4 fragments) sends 112 bytes (before gossipsub's signed envelope).
+    assert_eq!(encode(&hb).len(), 112);
     let relay = Heartbeat {
         trains: false,
         manifest: None,
         val_bpb: None,
         rounds: Vec::new(),
+        anchors: Vec::new(),
         reachability: Reachability::Public,
         ..sample()
     };
@@ -40,6 +44,7 @@ fn the_largest_heartbeat_fits_the_bounds() {
     let hb = Heartbeat {
         version: "x".repeat(MAX_VERSION_LEN),
         rounds: vec![u64::MAX; MAX_ROUNDS],
+        anchors: vec!["f".repeat(ANCHOR_HEX); MAX_ROUNDS],
         ..sample()
     };
     let bytes = encode(&hb);
@@ -55,6 +60,7 @@ fn the_encoder_never_writes_what_the_decoder_refuses() {
         tokens_per_s: f32::NAN,
         val_bpb: Some(f32::INFINITY),
         rounds: vec![1; 200],
+        anchors: vec!["not hex at all".into(); 200],
         sent_unix_ms: u64::MAX,
         ..sample()
     };
@@ -64,7 +70,22 @@ fn the_encoder_never_writes_what_the_decoder_refuses() {
     assert_eq!(back.tokens_per_s, 0.0);
     assert_eq!(back.val_bpb, None);
     assert_eq!(back.rounds.len(), MAX_ROUNDS);
+    assert!(back.anchors.is_empty());
     assert_eq!(back.sent_unix_ms, MAX_UNIX_MS);
+    // Fewer anchors than rounds: none are sent (they would not say which is which).
+    let short = Heartbeat { anchors: vec!["0123456789ab".into()], ..sample() };
+    assert!(decode(&encode(&short)).unwrap().anchors.is_empty());
+}
+
+#[test]
+fn an_older_peers_v1_heartbeat_is_read_and_may_not_carry_anchors() {
+    let v1 = Heartbeat { anchors: Vec::new(), ..sample() };
+    let mut bytes = encode(&v1);
+    bytes[4] = 1;
+    assert_eq!(decode(&bytes).unwrap(), v1);
+    let mut with_anchors = encode(&sample());
+    with_anchors[4] = 1;
+    assert_eq!(decode(&with_anchors), Err(HeartbeatError::Field("unknown flags")));
 }
 
 #[test]
@@ -91,7 +112,7 @@ fn hostile_fields_are_refused() {
         decode(&b)
     };
     assert_eq!(with(0, b"ATLA"), Err(HeartbeatError::Magic));
-    assert_eq!(with(4, &[2]), Err(HeartbeatError::Version(2)));
+    assert_eq!(with(4, &[3]), Err(HeartbeatError::Version(3)));
     assert_eq!(with(5, &[0x80 | 7]), Err(HeartbeatError::Field("unknown flags")));
     assert_eq!(with(6, &[3]), Err(HeartbeatError::Field("reachability")));
     assert_eq!(with(7, &[200]), Err(HeartbeatError::Field("version length")));
@@ -130,6 +151,11 @@ fn valid_heartbeat() -> impl Strategy<Value = Heartbeat> {
                     step,
                     tokens_per_s: tps,
                     val_bpb,
+                    anchors: if trains {
+                        rounds.iter().map(|r| format!("{:012x}", r >> 16)).collect()
+                    } else {
+                        Vec::new()
+                    },
                     rounds,
                     merges,
                     reachability: [

@@ -149,6 +149,9 @@ impl<N: super::Network> super::Loop<N> {
         }
         let me = self.net.peer_id();
         if let Some(view) = self.beacon.tick(&me, stats, Some(&self.status), now) {
+            if let Some(b) = &self.board {
+                b.set_swarm(&view.peers);
+            }
             self.disk.write_swarm(view);
         }
     }
@@ -174,6 +177,12 @@ pub fn own_heartbeat(stats: &NetStats, t: Option<&TrainingStatus>, clock: u64) -
         tokens_per_s: t.map_or(0.0, |t| t.tokens_per_s as f32),
         val_bpb: t.and_then(|t| t.val_bpb).map(|v| v as f32),
         rounds: t.map(|t| t.round.clone()).unwrap_or_default(),
+        anchors: t
+            .map(|t| {
+                let short = |h: &String| h.get(..heartbeat::ANCHOR_HEX).unwrap_or(h).to_owned();
+                t.anchor_hashes.iter().map(short).collect()
+            })
+            .unwrap_or_default(),
         merges: t.map_or(0, |t| t.merges),
         reachability: stats.reachability,
         run_peers: u16::try_from(stats.run_peers.len()).unwrap_or(u16::MAX),

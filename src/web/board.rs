@@ -5,13 +5,16 @@
 //! and two bounded curves, loss and `val_bpb` by step. A curve that reaches
 //! [`MAX_POINTS`] keeps every other point and from then on takes one point in two (one in
 //! four after the next halving, …), so it spans the whole run at a bounded size; its last
-//! point is always the latest value.
+//! point is always the latest value. It also compares the run peers' heartbeats with this
+//! peer's recent states, for the page's consensus column ([`super::consensus`]).
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use atoll_net::NetStats;
 use serde::Serialize;
 
+use super::consensus::{self, OwnAnchors, PeerAgreement};
+use crate::heartbeat::table::PeerEntry;
 use crate::node::status::{self, Endpoints, StatusFile, TrainingStatus};
 
 /// Most points of one curve.
@@ -107,6 +110,17 @@ struct State {
     status: Option<StatusFile>,
     history: History,
     endpoints: Endpoints,
+    own: OwnAnchors,
+    swarm: Vec<PeerAgreement>,
+}
+
+/// `/api/status`: the status file, and the run peers' states compared with ours.
+#[derive(Serialize)]
+struct PageStatus<'a> {
+    #[serde(flatten)]
+    status: &'a StatusFile,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    swarm: &'a [PeerAgreement],
 }
 
 /// The shared board: cheap to clone; every clone sees the same state.
@@ -128,6 +142,9 @@ impl Board {
     /// The latest status, as written to `status.json`.
     pub fn set_status(&self, running: bool, stats: NetStats, training: Option<TrainingStatus>) {
         let mut s = self.lock();
+        if let Some(t) = &training {
+            s.own.record(&t.round, &t.anchor_hashes);
+        }
         let endpoints = s.endpoints.clone();
         s.status = Some(StatusFile {
             running,
@@ -137,6 +154,19 @@ impl Board {
             training,
             endpoints,
         });
+    }
+
+    /// The run peers' latest heartbeats (`swarm.json`'s peers): their states against ours.
+    pub fn set_swarm(&self, peers: &[PeerEntry]) {
+        let mut s = self.lock();
+        s.swarm = consensus::compare(&s.own, peers);
+    }
+
+    /// `/api/status`'s JSON (`None` before the peer's first status).
+    pub(crate) fn page_status_json(&self) -> Option<serde_json::Result<Vec<u8>>> {
+        let s = self.lock();
+        let status = s.status.as_ref()?;
+        Some(serde_json::to_vec(&PageStatus { status, swarm: &s.swarm }))
     }
 
     /// An inner step's training loss.
@@ -227,5 +257,41 @@ mod tests {
         let s = b.status().unwrap();
         assert_eq!(s.training.unwrap().step, 7);
         assert_eq!(s.endpoints.http_addr.as_deref(), Some("127.0.0.1:1"));
+    }
+
+    #[test]
+    fn the_page_status_carries_the_peers_agreement_once_heartbeats_came() {
+        let b = Board::new();
+        let training = |round: u64| TrainingStatus {
+            round: vec![round],
+            anchor_hashes: vec!["ab".repeat(32)],
+            ..Default::default()
+        };
+        b.set_status(true, NetStats::default(), Some(training(3)));
+        let json = String::from_utf8(b.page_status_json().unwrap().unwrap()).unwrap();
+        assert!(!json.contains("\"swarm\""), "{json}");
+        let peer = PeerEntry {
+            peer: "p".into(),
+            received_unix_ms: 0,
+            first_heard_unix_ms: 0,
+            clock_offset_ms: 0,
+            heartbeat: crate::heartbeat::Heartbeat {
+                version: "0.1.0".into(),
+                trains: true,
+                manifest: None,
+                step: 1,
+                tokens_per_s: 1.0,
+                val_bpb: None,
+                rounds: vec![3],
+                anchors: vec!["ab".repeat(6)],
+                merges: 1,
+                reachability: atoll_net::Reachability::Unknown,
+                run_peers: 1,
+                sent_unix_ms: 0,
+            },
+        };
+        b.set_swarm(&[peer]);
+        let json = String::from_utf8(b.page_status_json().unwrap().unwrap()).unwrap();
+        assert!(json.contains(r#""swarm":[{"peer":"p","rounds":[3],"agree":[true]}]"#), "{json}");
     }
 }

@@ -110,7 +110,7 @@ pub fn respond(
             r.headers_mut().insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
             r
         }
-        (Routes::Page, "/api/status") => match board.with_status(|s| s.map(serde_json::to_vec)) {
+        (Routes::Page, "/api/status") => match board.page_status_json() {
             Some(Ok(json)) => reply(StatusCode::OK, "application/json", json),
             Some(Err(_)) => {
                 reply(StatusCode::INTERNAL_SERVER_ERROR, "text/plain", "cannot encode\n")
