@@ -270,26 +270,7 @@ mod tests {
         b.set_status(true, NetStats::default(), Some(training(3)));
         let json = String::from_utf8(b.page_status_json().unwrap().unwrap()).unwrap();
         assert!(!json.contains("\"swarm\""), "{json}");
-        let peer = PeerEntry {
-            peer: "p".into(),
-            received_unix_ms: 0,
-            first_heard_unix_ms: 0,
-            clock_offset_ms: 0,
-            heartbeat: crate::heartbeat::Heartbeat {
-                version: "0.1.0".into(),
-                trains: true,
-                manifest: None,
-                step: 1,
-                tokens_per_s: 1.0,
-                val_bpb: None,
-                rounds: vec![3],
-                anchors: vec!["ab".repeat(6)],
-                merges: 1,
-                reachability: atoll_net::Reachability::Unknown,
-                run_peers: 1,
-                sent_unix_ms: 0,
-            },
-        };
+        let peer = consensus::test_entry("p", &[3], &[&"ab".repeat(6)]);
         b.set_swarm(&[peer]);
         let json = String::from_utf8(b.page_status_json().unwrap().unwrap()).unwrap();
         assert!(json.contains(r#""swarm":[{"peer":"p","rounds":[3],"agree":[true]}]"#), "{json}");

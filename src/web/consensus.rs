@@ -80,34 +80,34 @@ pub fn compare(own: &OwnAnchors, peers: &[PeerEntry]) -> Vec<PeerAgreement> {
         .collect()
 }
 
+/// A training peer's table entry with these rounds and anchors (tests of the page).
+#[cfg(test)]
+pub(crate) fn test_entry(peer: &str, rounds: &[u64], anchors: &[&str]) -> PeerEntry {
+    PeerEntry {
+        peer: peer.into(),
+        received_unix_ms: 0,
+        first_heard_unix_ms: 0,
+        clock_offset_ms: 0,
+        heartbeat: crate::heartbeat::Heartbeat {
+            version: "0.1.0".into(),
+            trains: true,
+            manifest: None,
+            step: 1,
+            tokens_per_s: 1.0,
+            val_bpb: None,
+            rounds: rounds.to_vec(),
+            anchors: anchors.iter().map(|a| a.to_string()).collect(),
+            merges: 1,
+            reachability: atoll_net::Reachability::Unknown,
+            run_peers: 1,
+            sent_unix_ms: 0,
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::heartbeat::Heartbeat;
-    use atoll_net::Reachability;
-
-    fn entry(peer: &str, rounds: &[u64], anchors: &[&str]) -> PeerEntry {
-        PeerEntry {
-            peer: peer.into(),
-            received_unix_ms: 0,
-            first_heard_unix_ms: 0,
-            clock_offset_ms: 0,
-            heartbeat: Heartbeat {
-                version: "0.1.0".into(),
-                trains: true,
-                manifest: None,
-                step: 1,
-                tokens_per_s: 1.0,
-                val_bpb: None,
-                rounds: rounds.to_vec(),
-                anchors: anchors.iter().map(|a| a.to_string()).collect(),
-                merges: 1,
-                reachability: Reachability::Unknown,
-                run_peers: 1,
-                sent_unix_ms: 0,
-            },
-        }
-    }
 
     #[test]
     fn peers_are_compared_at_the_round_they_reported() {
@@ -116,9 +116,9 @@ mod tests {
         own.record(&[5, 5], &[full('a'), full('b')]);
         own.record(&[6, 5], &[full('c'), full('b')]);
         let peers = [
-            entry("same", &[5, 5], &["aaaaaaaaaaaa", "bbbbbbbbbbbb"]),
-            entry("other", &[6, 7], &["dddddddddddd", "bbbbbbbbbbbb"]),
-            entry("v1", &[6, 5], &[]),
+            test_entry("same", &[5, 5], &["aaaaaaaaaaaa", "bbbbbbbbbbbb"]),
+            test_entry("other", &[6, 7], &["dddddddddddd", "bbbbbbbbbbbb"]),
+            test_entry("v1", &[6, 5], &[]),
         ];
         let got = compare(&own, &peers);
         assert_eq!(got.len(), 2, "a peer without anchors is not listed");
