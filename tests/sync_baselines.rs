@@ -72,3 +72,31 @@ fn a_strict_group_that_never_forms_is_a_clear_error() {
     let log = alone.log();
     assert!(log.contains("only 0 of the other 1 peers joined"), "{}", alone.log_tail());
 }
+
+/// `--min-step-ms` paces a baseline's inner steps too (`bench/p3.sh` relies on it for a
+/// step rate that survivors of a kill do not gain on): 20 steps of at least 150 ms take at
+/// least 3 s of training, where the tiny model's steps alone take a few ms each.
+#[test]
+fn a_paced_member_takes_at_least_its_floor_per_step() {
+    let _serial = common::serial();
+    let tmp = common::test_dir("sync-paced-");
+    let manifest = common::swarm_manifest(tmp.path(), "sync-paced");
+    let dir = tmp.path().join("peer-0");
+    let spec = Spec::train(dir.clone(), &manifest, "0/1", Until::Steps(20))
+        .arg("--method")
+        .arg("dp")
+        .arg("--group")
+        .arg("1")
+        .arg("--min-step-ms")
+        .arg("150");
+    let mut alone = Peer::start("peer 0", spec);
+    let exit = alone.wait_exit(Duration::from_secs(60));
+    assert!(exit.success(), "the paced member failed ({exit})\n{}", alone.log_tail());
+    let metrics = std::fs::read_to_string(dir.join("metrics.jsonl")).unwrap();
+    let last: serde_json::Value =
+        serde_json::from_str(metrics.lines().last().expect("no metrics")).unwrap();
+    let (tokens, rate) = (last["tokens"].as_f64().unwrap(), last["tokens_per_s"].as_f64().unwrap());
+    assert_eq!(last["step"], 20, "{last}");
+    let secs = tokens / rate;
+    assert!(secs >= 3.0, "20 paced steps took {secs:.2} s of training, under 20 × 150 ms");
+}

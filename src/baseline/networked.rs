@@ -30,7 +30,7 @@ use crate::metrics::{append_jsonl, bits_per_byte, MetricsLog, MetricsRecord};
 use crate::model::params::{read_fragment, tensor_specs, write_fragment};
 use crate::node::ledger::{self, ContributionRecord, MergeRecord};
 use crate::node::status::{self, TrainingStatus};
-use crate::node::{anchors, initial_anchors, Network, NodeReport};
+use crate::node::{anchors, initial_anchors, Network, NodeReport, Slowdown};
 use crate::proto::merge::outer_step;
 use crate::proto::FragmentState;
 use crate::train::Trainer;
@@ -75,6 +75,9 @@ pub struct SyncPeer {
     /// Drop members that miss a barrier by `timeout` instead of failing.
     pub elastic: bool,
     pub timeout: Duration,
+    /// Emulated hardware (`--slowdown`, `--min-step-ms`): applied to each inner step's
+    /// compute, before its gradients are averaged (data-parallel).
+    pub slowdown: Slowdown,
 }
 
 /// Trains one peer of a synchronous baseline to `steps`.
@@ -120,6 +123,7 @@ pub async fn run(mut opts: SyncPeer) -> Result<NodeReport, BaselineError> {
             run_dir,
             status: TrainingStatus { proto_id, ..TrainingStatus::default() },
             reduced_tokens: 0,
+            slowdown: opts.slowdown,
         };
         let until = Until { steps, deadline: duration.map(|d| Instant::now() + d) };
         job.train(method, until, raw.h.max(1), raw.outer_lr, raw.momentum)
@@ -140,6 +144,7 @@ struct Job<N> {
     status: TrainingStatus,
     /// Tokens this peer had trained at its latest mean.
     reduced_tokens: u64,
+    slowdown: Slowdown,
 }
 
 /// When training stops: at `steps`, or at the first mean after `deadline`.
@@ -181,11 +186,13 @@ impl<N: Network> Job<N> {
         let (mut stop, mut evicted) = (false, false);
         while !stop && self.trainer.state().step < steps {
             let step = self.trainer.state().step;
+            let (computing, slowdown) = (Instant::now(), self.slowdown);
             let s = match method {
                 Method::DataParallel => {
                     let (group, handle) = (&mut self.group, &self.handle);
                     let flag = until.flag();
                     let done = self.trainer.step_reduced(|g| {
+                        slowdown.idle_after(computing);
                         g.push(flag);
                         *g = handle.block_on(group.mean(step, g))?;
                         stop = agreed_stop(g);
@@ -199,7 +206,11 @@ impl<N: Network> Job<N> {
                         other => other?,
                     }
                 }
-                Method::Diloco => self.trainer.step(),
+                Method::Diloco => {
+                    let s = self.trainer.step();
+                    slowdown.idle_after(computing);
+                    s
+                }
             };
             let done = self.trainer.state().step;
             if method == Method::DataParallel {

@@ -226,7 +226,7 @@ fn start_peer(
         spec = spec.arg("--max-upload-mbps").arg(&mbps.to_string());
     }
     if args.slowed(index) && args.slowdown != atoll::node::Slowdown::NONE {
-        spec = spec.arg("--slowdown").arg(&args.slowdown.to_string());
+        spec = spec.arg("--slowdown").arg(&args.slowdown.factor().to_string());
     }
     if args.method != super::run::Method::Atoll {
         let group = args.peers.to_string();

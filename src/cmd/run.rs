@@ -118,6 +118,11 @@ pub struct Args {
     /// idles for the rest, leaving the cores to others). F from 1 (full speed) to 1000.
     #[arg(long, value_name = "F", default_value = "1")]
     pub slowdown: node::Slowdown,
+    /// Emulate a machine of its own: each inner step takes at least MS milliseconds (the
+    /// trainer idles for the rest), so the step rate does not change when other processes
+    /// on this machine start or die. Any method. At most 600000.
+    #[arg(long, value_name = "MS")]
+    pub min_step_ms: Option<u64>,
 }
 
 /// What an `atoll run` peer runs.
@@ -150,8 +155,11 @@ pub fn main(mut args: Args) -> anyhow::Result<()> {
     if args.method != Method::Atoll && (args.http.is_some() || args.metrics_addr.is_some()) {
         bail!("--http and --metrics-addr serve atoll peers (training or --no-train), not --method dp|diloco");
     }
-    if args.slowdown != node::Slowdown::NONE && (args.no_train || args.method != Method::Atoll) {
-        bail!("--slowdown slows an atoll training peer's inner steps; not --no-train or --method dp|diloco");
+    if let Some(ms) = args.min_step_ms {
+        args.slowdown = args.slowdown.with_floor(Duration::from_millis(ms))?;
+    }
+    if args.slowdown != node::Slowdown::NONE && args.no_train {
+        bail!("--slowdown and --min-step-ms slow a training peer's inner steps; not --no-train");
     }
     if !args.no_train {
         // Before any tensor work: burn's kernels run on this pool (ARCHITECTURE, "CPU
@@ -337,6 +345,7 @@ async fn sync_baseline(args: Args) -> anyhow::Result<()> {
         duration,
         elastic: args.elastic,
         timeout: Duration::from_secs(args.barrier_timeout.max(1)),
+        slowdown: args.slowdown,
     };
     let report = match networked::run(peer).await {
         Err(BaselineError::Collective(CollectiveError::Evicted { step })) => {

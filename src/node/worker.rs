@@ -191,12 +191,9 @@ impl Worker {
     fn step(&mut self, s: &mut WorkerSetup, out: &mpsc::Sender<FromWorker>) -> Result<(), String> {
         let computing = Instant::now();
         let stats = s.trainer.step();
-        let pause = s.slowdown.pause(computing.elapsed());
-        if !pause.is_zero() {
-            // Before the commands are looked at again: a slow machine answers at its own
-            // step boundaries (see `slowdown`).
-            std::thread::sleep(pause);
-        }
+        // Before the commands are looked at again: a slow machine answers at its own step
+        // boundaries (see `slowdown`).
+        s.slowdown.idle_after(computing);
         let step = s.trainer.state().step;
         tracing::trace!(step, ms = computing.elapsed().as_millis(), "inner step");
         if !stats.loss.is_finite() {

@@ -150,6 +150,9 @@ impl Swarm<'_> {
             .bootstrap(bootstrap.iter().cloned())
             .backend(self.args.run.backend)
             .data(self.args.run.data.as_deref());
+        if let Some(ms) = self.args.min_step_ms {
+            spec = spec.arg("--min-step-ms").arg(&ms.to_string());
+        }
         if self.args.method.is_group() {
             let (group, timeout) = (self.args.peers.to_string(), self.args.barrier_timeout);
             spec = spec
