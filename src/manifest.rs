@@ -78,12 +78,19 @@ pub enum ManifestError {
     Name(String),
     #[error(transparent)]
     Train(#[from] TrainError),
+    // Not a `#[source]`: the message already holds it, and a chain would say it twice.
     #[error("protocol settings: {0}")]
-    Protocol(#[from] SettingsError),
+    Protocol(SettingsError),
     #[error("the corpus has blake3 {have} but the manifest wants {want}")]
     Corpus { have: String, want: String },
     #[error("allow list entry {0:?} is not a libp2p peer id")]
     Allow(String),
+}
+
+impl From<SettingsError> for ManifestError {
+    fn from(e: SettingsError) -> Self {
+        ManifestError::Protocol(e)
+    }
 }
 
 /// The run id: blake3 of the manifest's canonical JSON.

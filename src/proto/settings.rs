@@ -129,7 +129,7 @@ impl Default for RawSettings {
 #[non_exhaustive]
 pub enum SettingsError {
     #[error("{field} = {value} is out of range: {why}")]
-    OutOfRange { field: &'static str, value: String, why: &'static str },
+    OutOfRange { field: &'static str, value: String, why: String },
 }
 
 /// A day in ms: the upper bound of every time setting.
@@ -139,12 +139,12 @@ fn check(
     ok: bool,
     field: &'static str,
     value: impl ToString,
-    why: &'static str,
+    why: impl Into<String>,
 ) -> Result<(), SettingsError> {
     if ok {
         Ok(())
     } else {
-        Err(SettingsError::OutOfRange { field, value: value.to_string(), why })
+        Err(SettingsError::OutOfRange { field, value: value.to_string(), why: why.into() })
     }
 }
 
@@ -199,7 +199,12 @@ impl Settings {
             max_wait.max(r.grace_cap_ms) < reconcile_ms,
             "grace_cap_ms",
             r.grace_cap_ms,
-            "grace cap and max wait must end before reconcile_at × period",
+            format!(
+                "the grace cap and the max wait ({} ms; unset: grace_cap_ms + 2 × step_ms) must \
+                 end before reconcile_at × period = {reconcile_ms} ms (period = h × step_ms = \
+                 {period} ms)",
+                max_wait.max(r.grace_cap_ms)
+            ),
         )?;
         check(r.fetch_timeout_ms >= 1, "fetch_timeout_ms", r.fetch_timeout_ms, "≥ 1")?;
         check(r.fetch_attempts >= 1, "fetch_attempts", r.fetch_attempts, "≥ 1")?;
@@ -297,8 +302,18 @@ mod tests {
         let bad = RawSettings { quorum: 0, ..RawSettings::default() };
         let e = Settings::new(bad).unwrap_err().to_string();
         assert!(e.contains("quorum"), "{e}");
-        let bad = RawSettings { grace_cap_ms: 10_000, ..RawSettings::default() };
-        assert!(Settings::new(bad).is_err());
+        // A window too long for the period says how long each is.
+        let bad = RawSettings { h: 5, step_ms: 500, grace_cap_ms: 1000, ..RawSettings::default() };
+        let e = Settings::new(bad).unwrap_err().to_string();
+        assert!(
+            e.contains("(2000 ms;") && e.contains("= 1250 ms (period = h × step_ms = 2500 ms)"),
+            "{e}"
+        );
+        // Once in a manifest's error chain, not twice.
+        let e = anyhow::Error::from(crate::manifest::ManifestError::from(
+            Settings::new(RawSettings { quorum: 0, ..RawSettings::default() }).unwrap_err(),
+        ));
+        assert_eq!(format!("{e:#}").matches("quorum").count(), 1, "{e:#}");
         let bad = RawSettings { momentum: 1.0, ..RawSettings::default() };
         assert!(Settings::new(bad).is_err());
         assert!(serde_json::from_str::<Settings>(r#"{"h": 0}"#).is_err());
