@@ -260,6 +260,50 @@ impl<N: Network> Group<N> {
         self.reduce(step, values).await
     }
 
+    /// Tells the others this member has the group's last mean, then keeps its node up —
+    /// serving its last buffer — until every other member said the same, or the timeout.
+    /// The members stop after the same mean, but one that fetched faster would otherwise
+    /// leave while a slower one (a capped upload) still fetches its buffer. The news is an
+    /// announcement of the step after the last, with an all-zero buffer hash.
+    pub async fn finish(&mut self) {
+        let done = self.step + 1;
+        let deadline = Instant::now() + self.timeout;
+        let mut announce_at = Instant::now();
+        loop {
+            let waiting = self
+                .members
+                .iter()
+                .any(|p| *p != self.me && self.latest.get(p).is_none_or(|&s| s < done));
+            let now = Instant::now();
+            if now >= announce_at {
+                let members = self.member_bits();
+                // `prev` and its length still name the last buffer, for a member that
+                // missed its announcement (see `on_event`).
+                let len = self.heard.get(&(self.step, self.me)).map_or(0, |&(_, len)| len);
+                let (hash, prev) = (BlobHash([0; 32]), self.prev);
+                let wire = Wire { run: self.run, step: done, members, hash, len, prev };
+                if let Err(e) = self.net.publish(wire.encode(0)).await {
+                    tracing::debug!(error = %e, "end of the group not published yet");
+                }
+                announce_at = now + REANNOUNCE;
+            }
+            if !waiting {
+                return;
+            }
+            if now >= deadline {
+                tracing::warn!(step = self.step, "members did not say they finished; leaving");
+                return;
+            }
+            match tokio::time::timeout_at(announce_at.min(deadline), self.events.recv()).await {
+                Ok(Some(ev)) => {
+                    self.on_event(ev);
+                }
+                Ok(None) => return,
+                Err(_) => {}
+            }
+        }
+    }
+
     /// Records an announcement; true when it completes a member's buffer for this step.
     fn on_event(&mut self, ev: NetEvent) -> bool {
         let NetEvent::Announcement { author: Some(author), payload, .. } = ev else {

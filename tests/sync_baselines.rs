@@ -100,3 +100,41 @@ fn a_paced_member_takes_at_least_its_floor_per_step() {
     let secs = tokens / rate;
     assert!(secs >= 3.0, "20 paced steps took {secs:.2} s of training, under 20 × 150 ms");
 }
+
+/// Members stop after the same mean, but a member that fetched faster must not leave
+/// while a slower one still fetches its buffer: under a tight upload cap (three members,
+/// each buffer served to two others at 1 Mbit/s), every member ends on the same
+/// parameters and none fails at the last step (`Group::finish`).
+#[test]
+fn a_capped_group_ends_together() {
+    let _serial = common::serial();
+    let tmp = common::test_dir("sync-capped-");
+    let manifest = common::swarm_manifest(tmp.path(), "sync-capped");
+    let spec = |i: u32| {
+        Spec::train(
+            tmp.path().join(format!("peer-{i}")),
+            &manifest,
+            &format!("{i}/3"),
+            Until::Steps(4),
+        )
+        .arg("--method")
+        .arg("dp")
+        .arg("--group")
+        .arg("3")
+        .arg("--max-upload-mbps")
+        .arg("1")
+    };
+    let mut first = Peer::start("peer 0", spec(0));
+    let addr = first.listen_addr(Duration::from_secs(30));
+    let mut peers = vec![first];
+    for i in 1..3 {
+        peers.push(Peer::start(&format!("peer {i}"), spec(i).bootstrap(Some(addr.clone()))));
+    }
+    for p in &mut peers {
+        let exit = p.wait_exit(Duration::from_secs(180));
+        assert!(exit.success(), "{} failed ({exit})\n{}", p.name, p.log_tail());
+    }
+    let hashes: Vec<_> = peers.iter().map(|p| p.training().unwrap().anchor_hashes).collect();
+    assert!(hashes.windows(2).all(|w| w[0] == w[1]), "members ended apart: {hashes:?}");
+    assert_eq!(peers[0].training().unwrap().step, 4);
+}

@@ -176,6 +176,7 @@ impl<N: Network> Job<N> {
     ) -> Result<NodeReport, BaselineError> {
         let started = Instant::now();
         let mut anchor = self.params()?;
+        self.status.param_count = anchor.len();
         let mut buf = vec![0f32; anchor.len()];
         let log = MetricsLog::new(&self.run_dir);
         let every = self.trainer.config().val_every.max(1);
@@ -293,6 +294,7 @@ impl<N: Network> Job<N> {
         }
         self.status.anchor_hashes = hashes;
         self.write_status(false);
+        self.handle.block_on(self.group.finish());
         Ok(NodeReport {
             step: self.status.step,
             tokens: self.status.tokens,
