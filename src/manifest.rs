@@ -57,7 +57,14 @@ pub struct Manifest {
 /// `τ` 2, `K` 1, 4-bit deltas, outer lr 0.7), tuned for the default model on 2 cores: see
 /// ARCHITECTURE.md "The default run".
 pub fn default_protocol() -> RawSettings {
-    RawSettings { h: 10, step_ms: 500, momentum: 0.3, merge_lag: 0, ..RawSettings::default() }
+    RawSettings {
+        h: 10,
+        step_ms: 250,
+        grace_cap_ms: 500,
+        momentum: 0.3,
+        merge_lag: 0,
+        ..RawSettings::default()
+    }
 }
 
 /// A manifest that cannot run.

@@ -14,8 +14,10 @@ pub struct LrSchedule {
 }
 
 impl Default for LrSchedule {
+    /// Peak 8e-3: the best inner rate of the quality sweep for the swarm and for
+    /// data-parallel alike (bench/RESULTS.md, "Inner learning rate").
     fn default() -> Self {
-        Self { peak: 4e-3, warmup: 20, decay_steps: 1000, floor: 0.1 }
+        Self { peak: 8e-3, warmup: 20, decay_steps: 1000, floor: 0.1 }
     }
 }
 
