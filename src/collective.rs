@@ -33,6 +33,8 @@ const EARLY: usize = 256;
 pub const MAX_GROUP: usize = 64;
 /// How often a member announces its buffer again while it waits.
 const REANNOUNCE: Duration = Duration::from_secs(1);
+/// Pause between a strict group's fetch tries of one buffer.
+const STRICT_RETRY: Duration = Duration::from_millis(500);
 
 /// Why a group could not form or a step could not complete.
 #[derive(Debug, thiserror::Error)]
@@ -357,15 +359,21 @@ impl<N: Network> Group<N> {
             let net = self.net.clone();
             // The author first; any member that fetched it serves it too (atoll-net asks
             // the run's peers), so a buffer outlives an author killed after announcing it.
-            // A second try: a fetch that ran while this process was stopped fails on its
-            // own timers, and the buffer may be held by a member that fetched it meanwhile.
-            let tries = if self.elastic { 2 } else { 1 };
+            // Elastic: a second try (a fetch that ran while this process was stopped fails
+            // on its own timers, and the buffer may be held by a member that fetched it
+            // meanwhile), then the member is dropped. Strict: tries until the barrier
+            // timeout, as the group fails without the buffer; a lone holder behind a tight
+            // upload cap answers busy or late, and that must not end the run.
+            let (elastic, until) = (self.elastic, Instant::now() + self.timeout);
             fetches.spawn(async move {
                 let mut got = net.fetch(hash, vec![peer], len).await;
-                for _ in 1..tries {
-                    if got.is_err() {
-                        got = net.fetch(hash, vec![peer], len).await;
+                let mut tries = 1;
+                while got.is_err() && if elastic { tries < 2 } else { Instant::now() < until } {
+                    if !elastic {
+                        tokio::time::sleep(STRICT_RETRY).await;
                     }
+                    got = net.fetch(hash, vec![peer], len).await;
+                    tries += 1;
                 }
                 (peer, hash, len, got)
             });
