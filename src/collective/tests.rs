@@ -125,3 +125,27 @@ async fn a_member_the_others_dropped_learns_it_and_stops() {
         }
     }
 }
+
+/// A strict group's lone holder behind a tight upload cap answers busy or late: the
+/// fetch is tried again until the barrier timeout instead of ending the run. Here B
+/// announces its buffer 1.2 s before it can serve it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_strict_group_waits_for_a_buffer_its_holder_cannot_serve_yet() {
+    let swarm = MemSwarm::new();
+    let (a, b) = (peer(1), peer(2));
+    let (net_a, events_a) = swarm.join(a);
+    let (net_b, _events_b) = swarm.join(b);
+    let timeout = Duration::from_secs(10);
+    let mut g = Group::form(net_a, events_a, [1; 32], 2, false, timeout).await.unwrap();
+    let bytes: Vec<u8> = [3.0f32, 5.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let hash = BlobHash::of(&bytes);
+    let w = Wire { run: [1; 32], step: 0, members: 0b11, hash, len: 8, prev: None };
+    net_b.publish(w.encode(0)).await.unwrap();
+    let holder = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        net_b.put_blob(Bytes::from(bytes)).unwrap();
+    });
+    let mean = g.mean(0, &[1.0, 3.0]).await.expect("the strict group gave up on a late buffer");
+    assert_eq!(mean, vec![2.0, 4.0]);
+    holder.await.unwrap();
+}
