@@ -1,10 +1,22 @@
 //! The collective's unit tests: groups over an in-memory swarm, and the wire form.
 use super::*;
-use crate::node::memnet::MemSwarm;
+use crate::node::memnet::{MemNet, MemSwarm};
 use atoll_net::Keypair;
 
 fn peer(i: u8) -> PeerId {
     Keypair::ed25519_from_bytes([i; 32]).unwrap().public().to_peer_id()
+}
+
+/// A strict group of two formed at A (peer 1) with B (peer 2), whose network the test
+/// drives by hand: the swarm (keep it alive), A's group, B's network and id.
+async fn strict_pair() -> (MemSwarm, Group<MemNet>, MemNet, PeerId) {
+    let swarm = MemSwarm::new();
+    let (a, b) = (peer(1), peer(2));
+    let (net_a, events_a) = swarm.join(a);
+    let (net_b, _events_b) = swarm.join(b);
+    let timeout = Duration::from_secs(10);
+    let g = Group::form(net_a, events_a, [1; 32], 2, false, timeout).await.unwrap();
+    (swarm, g, net_b, b)
 }
 
 #[test]
@@ -24,12 +36,7 @@ fn the_wire_round_trips_and_refuses_garbage() {
 
 #[tokio::test]
 async fn an_announced_length_other_than_ours_is_refused_before_any_transfer() {
-    let swarm = MemSwarm::new();
-    let (a, b) = (peer(1), peer(2));
-    let (net_a, events_a) = swarm.join(a);
-    let (net_b, _events_b) = swarm.join(b);
-    let timeout = Duration::from_secs(10);
-    let mut g = Group::form(net_a, events_a, [1; 32], 2, false, timeout).await.unwrap();
+    let (_swarm, mut g, net_b, b) = strict_pair().await;
     // B announces a buffer of a gigabyte for step 0 (and holds nothing).
     let hash = BlobHash([5; 32]);
     let w = Wire { run: [1; 32], step: 0, members: 0b11, hash, len: 1 << 30, prev: None };
@@ -131,12 +138,7 @@ async fn a_member_the_others_dropped_learns_it_and_stops() {
 /// announces its buffer 1.2 s before it can serve it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_strict_group_waits_for_a_buffer_its_holder_cannot_serve_yet() {
-    let swarm = MemSwarm::new();
-    let (a, b) = (peer(1), peer(2));
-    let (net_a, events_a) = swarm.join(a);
-    let (net_b, _events_b) = swarm.join(b);
-    let timeout = Duration::from_secs(10);
-    let mut g = Group::form(net_a, events_a, [1; 32], 2, false, timeout).await.unwrap();
+    let (_swarm, mut g, net_b, _) = strict_pair().await;
     let bytes: Vec<u8> = [3.0f32, 5.0].iter().flat_map(|v| v.to_le_bytes()).collect();
     let hash = BlobHash::of(&bytes);
     let w = Wire { run: [1; 32], step: 0, members: 0b11, hash, len: 8, prev: None };
