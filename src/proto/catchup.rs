@@ -66,9 +66,7 @@ impl Protocol {
         let Some(latest) = lane.votes.latest_round(max_round) else { return };
         let target = latest.max(lane.state.round);
         let Some(leader) = lane.votes.leader(target) else { return };
-        if self.unreachable.get(&leader.hash).is_some_and(|&until| until > now)
-            || self.rejected.contains(&leader.hash)
-        {
+        if self.blocked(&leader.hash, now) || self.rejected.contains(&leader.hash) {
             return;
         }
         if leader.hash == lane.state_hash {
@@ -136,7 +134,7 @@ impl Protocol {
             Evidence::Unverifiable if joining && !lane.votes.backed(voted_round, hash) => {
                 self.metrics.unbacked_states += 1;
                 let until = now.saturating_add(self.settings.period_ms());
-                self.block_state(hash, until);
+                self.block(hash, until);
                 return;
             }
             Evidence::Unverifiable => {}

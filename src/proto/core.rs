@@ -72,9 +72,10 @@ pub struct Protocol {
     /// Announced sizes of the deltas in flight (they count against `max_held_bytes`).
     pub(super) in_flight_bytes: u64,
     pub(super) rejected: FastSet<ContentHash>,
-    /// States whose fetch failed from every holder, and until when not to chase them
-    /// again (their only holders are stalled or gone; chasing them would keep the
-    /// fragment from contributing, round after round).
+    /// Payloads (states and deltas) whose fetch failed from every holder, and until when
+    /// not to chase them again (their only holders are stalled, gone or never served them;
+    /// chasing a state would keep the fragment from contributing, round after round, and a
+    /// delta re-announced but never served would hold a fetch each time).
     pub(super) unreachable: FastMap<ContentHash, Millis>,
     pub(super) rng: ChaCha8Rng,
     pub(super) metrics: Metrics,

@@ -42,14 +42,16 @@ impl Protocol {
         }
     }
 
-    /// The fetch of `hash` failed or ran out of time: forget it (a state is not chased
-    /// again for two periods).
+    /// The fetch of `hash` failed or ran out of time: forget it, and do not chase it again
+    /// for two periods, a delta as a state. Every holder was tried: a re-announcement of
+    /// the same bytes is no news, and an author that announces and never serves would
+    /// otherwise hold a fetch (and its announced size of the byte budget) each time.
     pub(super) fn give_up(&mut self, hash: ContentHash, now: Millis) {
         let Some(f) = self.end_fetch(&hash) else { return };
         if let Kind::State { .. } = f.kind {
             self.lanes[f.fragment].state_fetch = None;
-            self.block_state(hash, now.saturating_add(2 * self.settings.period_ms()));
         }
+        self.block(hash, now.saturating_add(2 * self.settings.period_ms()));
         self.metrics.fetch_failures += 1;
     }
 
@@ -127,12 +129,17 @@ impl Protocol {
         misbehaved(out, from, offence, detail);
     }
 
-    /// Does not chase state `hash` again before `until`.
-    pub(super) fn block_state(&mut self, hash: ContentHash, until: Millis) {
+    /// Does not chase payload `hash` again before `until`.
+    pub(super) fn block(&mut self, hash: ContentHash, until: Millis) {
         if self.unreachable.len() >= MAX_REJECTED {
             self.unreachable.clear();
         }
         self.unreachable.insert(hash, until);
+    }
+
+    /// Whether `hash` was given up on (or blocked) and not to be chased before a later time.
+    pub(super) fn blocked(&self, hash: &ContentHash, now: Millis) -> bool {
+        self.unreachable.get(hash).is_some_and(|&until| until > now)
     }
 
     /// Remembers a payload not to fetch again.

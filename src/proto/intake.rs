@@ -99,7 +99,7 @@ impl Protocol {
         if !fresh || lane.held.contains_key(&c.hash) || lane.state.has_merged(c.hash.short()) {
             return;
         }
-        if self.rejected.contains(&c.hash) {
+        if self.rejected.contains(&c.hash) || self.blocked(&c.hash, now) {
             return;
         }
         let r = self.settings.raw();

@@ -297,5 +297,28 @@ fn a_payload_is_fetched_once_and_cancelled_at_its_deadline() {
     assert_eq!(p.metrics().fetch_failures, 1);
 }
 
+/// An author that announces a delta and never serves it (a stall) gets one fetch: its
+/// re-announcements of the same bytes start none, so it cannot hold a fetch and its
+/// announced share of the byte budget, again and again.
+#[test]
+fn a_delta_given_up_is_not_fetched_again_when_re_announced() {
+    let mut p = peer(1, 0);
+    p.start(0);
+    let (c, _) = delta_by(7, 1, 0.1);
+    let announce = |p: &mut Protocol, at: Millis| {
+        let msg = Message::Contribution(c.clone());
+        let out = p.handle(Event::Message { from: PeerId(7), msg }, at);
+        out.iter().filter(|o| matches!(o, Output::Fetch { .. })).count()
+    };
+    assert_eq!(announce(&mut p, 1_000), 1);
+    assert_eq!(announce(&mut p, 1_100), 0, "fetched twice at once");
+    p.handle(Event::FetchFailed { from: PeerId(7), hash: c.hash }, 1_500);
+    for at in [1_600, 1_800] {
+        assert_eq!(announce(&mut p, at), 0, "a given-up delta was fetched again at {at}");
+    }
+    assert_eq!(p.metrics().fetches, 1);
+    assert_eq!(p.metrics().fetch_failures, 1);
+}
+
 mod attacks;
 mod states;
