@@ -2,6 +2,8 @@
 //! that leaves on SIGTERM, one that is killed and restarted on its run dir, and one that
 //! stalls (SIGSTOP) for several rounds. The tiny model and 200 ms rounds keep each test to
 //! seconds; the tests take turns (one lock) so their timings do not depend on each other.
+//! Step counts are least durations under the tests' step floor (`common::steps_for`), so
+//! no scenario depends on how fast the CPU trains.
 
 mod common;
 
@@ -54,7 +56,8 @@ fn sigterm_leaves_at_a_step_boundary_with_a_checkpoint_and_the_swarm_goes_on() {
 fn a_killed_peer_restarts_from_its_run_dir_and_the_swarm_ends_in_agreement() {
     let _serial = serial();
     let tmp = common::test_dir("churn-");
-    let steps = 3_000;
+    // Peers 0 and 1 train through the kill, the restart and two merges after it: seconds.
+    let steps = common::steps_for(Duration::from_secs(15));
     let mut peers = swarm(tmp.path(), "churn-crash", &[steps, steps, steps]);
     let before =
         peers[2].wait_until("2 merges", Duration::from_secs(60), |t| t.merges >= 2 && t.step >= 60);
@@ -89,7 +92,7 @@ fn a_killed_peer_restarts_from_its_run_dir_and_the_swarm_ends_in_agreement() {
         p.assert_alive();
     }
 
-    wait_all_exit(&mut peers, Duration::from_secs(90));
+    wait_all_exit(&mut peers, common::deadline_for(steps));
     assert_same_final_anchors(&peers);
 }
 
@@ -97,8 +100,9 @@ fn a_killed_peer_restarts_from_its_run_dir_and_the_swarm_ends_in_agreement() {
 fn a_stalled_peer_does_not_stop_the_others_and_catches_up() {
     let _serial = serial();
     let tmp = common::test_dir("churn-");
-    // About 600 steps/s per peer on 2 cores: peers 0 and 1 still train while 2 stalls.
-    let steps = 4_000;
+    // Peers 0 and 1 must still train when the checks after the stall end: start-up, two
+    // merges, the 2 s stall and up to 2 s of checks.
+    let steps = common::steps_for(Duration::from_secs(20));
     let mut peers = swarm(tmp.path(), "churn-straggler", &[steps, steps, steps]);
     peers[2].wait_until("2 merges", Duration::from_secs(60), |t| t.merges >= 2);
     for p in &mut peers[..2] {
@@ -146,6 +150,6 @@ fn a_stalled_peer_does_not_stop_the_others_and_catches_up() {
     peers[2].signal("-CONT");
     peers[2].wait_until("training again", Duration::from_secs(10), |t| t.step > stalled.step);
 
-    wait_all_exit(&mut peers, Duration::from_secs(90));
+    wait_all_exit(&mut peers, common::deadline_for(steps));
     assert_same_final_anchors(&peers);
 }

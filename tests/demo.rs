@@ -21,6 +21,8 @@ fn three_peers_train_merge_and_end_with_identical_anchors() {
     let config = tiny_manifest(tmp.path());
     let run_dir = tmp.path().join("demo");
     let args = ["demo", "--peers", "3", "--steps", "200", "--timeout", "240"];
+    let pace = common::pace_flags();
+    let args: Vec<&str> = args.into_iter().chain(pace.iter().map(String::as_str)).collect();
     common::run_swarm_command(&args, &run_dir, &config);
     let summary: serde_json::Value =
         serde_json::from_slice(&std::fs::read(run_dir.join("summary.json")).unwrap()).unwrap();
@@ -43,6 +45,10 @@ fn three_peers_train_merge_and_end_with_identical_anchors() {
         .unwrap();
         let merges = status["training"]["merges"].as_u64().unwrap();
         assert!(merges >= 4, "peer {i} merged {merges} rounds");
+        // Every peer got the step floor (`demo --min-step-ms`).
+        let log = std::fs::read_to_string(run_dir.join(format!("peer-{i}/peer.log"))).unwrap();
+        let floor = format!("steps of at least {} ms", common::STEP_MS);
+        assert!(log.contains(&floor), "peer {i} does not report its step floor");
         assert_eq!(status["running"], false);
     }
     assert!(summary["consensus_distance"].as_f64().unwrap() < 1e-6, "{summary:#}");

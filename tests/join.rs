@@ -48,7 +48,8 @@ fn run_to_end(dir: &Path, args: &[String], within: Duration) -> (std::process::E
 fn a_peer_given_only_the_join_line_joins_trains_and_agrees() {
     let _serial = common::serial();
     let tmp = common::test_dir("join-");
-    let steps = 1_500;
+    // The swarm trains on past its three rounds, the joiner's start and its three merges.
+    let steps = common::steps_for(Duration::from_secs(15));
     let mut peers = common::swarm(tmp.path(), "join-test", &[steps, steps]);
     for p in &mut peers {
         p.wait_until("3 rounds merged", DEADLINE, |t| t.merges >= 3);
@@ -65,7 +66,7 @@ fn a_peer_given_only_the_join_line_joins_trains_and_agrees() {
     assert_eq!(Manifest::from_bytes(&saved).unwrap(), Manifest::from_bytes(&given).unwrap());
     assert_eq!(t.manifest_id, Manifest::from_bytes(&given).unwrap().run_id().short());
     peers.push(joined);
-    common::wait_all_exit(&mut peers, Duration::from_secs(120));
+    common::wait_all_exit(&mut peers, common::deadline_for(steps));
     common::assert_same_final_anchors(&peers);
 }
 

@@ -12,7 +12,8 @@ use common::{Peer, Spec, Until};
 fn a_late_joiner_takes_the_swarms_anchors_before_its_first_step() {
     let _serial = common::serial();
     let tmp = common::test_dir("late-join-");
-    let steps = 3_000;
+    // The swarm trains on past twenty rounds (4 s), the late start and five more merges.
+    let steps = common::steps_for(Duration::from_secs(20));
     let mut peers = common::swarm(tmp.path(), "late-join", &[steps, steps]);
     let min_round = |t: &atoll::node::status::TrainingStatus| t.round.iter().copied().min();
     for p in &mut peers {
@@ -43,6 +44,6 @@ fn a_late_joiner_takes_the_swarms_anchors_before_its_first_step() {
         p.assert_alive();
     }
     peers.push(late);
-    common::wait_all_exit(&mut peers, Duration::from_secs(180));
+    common::wait_all_exit(&mut peers, common::deadline_for(steps));
     common::assert_same_final_anchors(&peers);
 }

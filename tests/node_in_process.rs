@@ -1,7 +1,11 @@
 //! The real node code (event loop, effects, fetch tasks, trainer thread, checkpoints and
 //! anchors on disk) driven in one process over [`atoll::node::memnet::MemSwarm`]: a
 //! restart, a late join and a partition, no processes and no sockets. Each test ends with
-//! every peer holding the same anchors and no honest peer reported by another.
+//! every peer holding the same anchors and no honest peer reported by another. Peers step
+//! at the tests' floor (`common::STEP_MS`), so step counts are least durations whatever
+//! the CPU; the tests take turns, as the multi-process ones do.
+
+mod common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -12,7 +16,6 @@ use atoll::manifest::Manifest;
 use atoll::node::memnet::MemSwarm;
 use atoll::node::status::{self, TrainingStatus};
 use atoll::node::{self, NodeError, NodeOptions, NodeReport};
-use atoll::proto::RawSettings;
 use atoll::train::TrainConfig;
 use atoll_net::{Keypair, NetConfig, PeerId};
 use tokio::sync::oneshot;
@@ -25,11 +28,17 @@ fn manifest(name: &str) -> Manifest {
     let mut train = TrainConfig::tiny(11);
     train.val_every = 1_000;
     train.schedule.decay_steps = 2_000;
-    let protocol =
-        RawSettings { h: 10, step_ms: 20, grace_cap_ms: 40, ..atoll::manifest::default_protocol() };
-    let mut m = Manifest::new(name, train, &Corpus::embedded().unwrap(), protocol);
+    let mut m = common::tiny_manifest(name, train);
     m.epoch_unix_ms = status::unix_ms();
     m
+}
+
+/// The test peers' pace: the step floor, and `ATOLL_TEST_SLOWDOWN` when set.
+fn pace() -> node::Slowdown {
+    let factor = common::slowdown().unwrap_or(1.0);
+    node::Slowdown::new(factor)
+        .and_then(|s| s.with_floor(Duration::from_millis(common::STEP_MS)))
+        .expect("a valid test pace")
 }
 
 /// One node running as a task of this process.
@@ -67,7 +76,7 @@ impl Peer {
             checkpoint_every: 50,
             on_listening: None,
             board: None,
-            slowdown: node::Slowdown::NONE,
+            slowdown: pace(),
         };
         let (net, events) = swarm.join(id);
         let (stop, stopped) = oneshot::channel::<()>();
@@ -125,6 +134,14 @@ impl Peer {
     }
 }
 
+/// Runs one scenario on a runtime of two workers, one scenario at a time (the tests take
+/// turns, as the multi-process ones do: their peers share the cores).
+fn in_turn(scenario: impl std::future::Future<Output = ()>) {
+    let _serial = common::serial();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build();
+    rt.expect("a tokio runtime").block_on(scenario);
+}
+
 fn min_round(t: &TrainingStatus) -> u64 {
     t.round.iter().copied().min().unwrap_or(0)
 }
@@ -146,86 +163,103 @@ fn assert_agreement(swarm: &MemSwarm, peers: &[Peer], reports: &[NodeReport]) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restarted_peer_resumes_from_disk_and_the_swarm_agrees() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (swarm, m) = (MemSwarm::new(), manifest("in-process-restart"));
-    let mut peers: Vec<Peer> =
-        (0..3).map(|i| Peer::start(&swarm, &m, tmp.path(), i, 3, 400)).collect();
-    for p in &peers {
-        p.wait_until("5 rounds merged", Duration::from_secs(60), |t| t.merges >= 5 && t.step >= 60)
+#[test]
+fn a_restarted_peer_resumes_from_disk_and_the_swarm_agrees() {
+    in_turn(async {
+        let tmp = tempfile::tempdir().unwrap();
+        let (swarm, m) = (MemSwarm::new(), manifest("in-process-restart"));
+        // Peer 0 stops after five rounds (1 s) and the others train on past its restart.
+        let steps = common::steps_for(Duration::from_secs(5));
+        let mut peers: Vec<Peer> =
+            (0..3).map(|i| Peer::start(&swarm, &m, tmp.path(), i, 3, steps)).collect();
+        for p in &peers {
+            p.wait_until("5 rounds merged", Duration::from_secs(60), |t| {
+                t.merges >= 5 && t.step >= 60
+            })
             .await;
-    }
-    let before = peers[0].stop(&swarm).await;
-    assert!(before.step >= 60 && before.step < 400, "stopped at step {}", before.step);
-    peers[0] = Peer::start(&swarm, &m, tmp.path(), 0, 3, 400);
-    let t = peers[0]
-        .wait_until("trains again", Duration::from_secs(30), |t| t.step > before.step)
-        .await;
-    assert!(t.tokens_at_start > 0, "the restarted peer did not resume from its checkpoint");
-    peers[0].wait_until("merges again", Duration::from_secs(30), |t| t.merges >= 3).await;
-    let mut reports = Vec::new();
-    for p in &mut peers {
-        reports.push(p.report(Duration::from_secs(120)).await);
-    }
-    assert!(
-        reports.iter().all(|r| r.step == 400),
-        "steps {:?}",
-        reports.iter().map(|r| r.step).collect::<Vec<_>>()
-    );
-    assert_agreement(&swarm, &peers, &reports);
+        }
+        let before = peers[0].stop(&swarm).await;
+        assert!(before.step >= 60 && before.step < steps, "stopped at step {}", before.step);
+        peers[0] = Peer::start(&swarm, &m, tmp.path(), 0, 3, steps);
+        let t = peers[0]
+            .wait_until("trains again", Duration::from_secs(30), |t| t.step > before.step)
+            .await;
+        assert!(t.tokens_at_start > 0, "the restarted peer did not resume from its checkpoint");
+        peers[0].wait_until("merges again", Duration::from_secs(30), |t| t.merges >= 3).await;
+        let mut reports = Vec::new();
+        for p in &mut peers {
+            reports.push(p.report(common::deadline_for(steps)).await);
+        }
+        assert!(
+            reports.iter().all(|r| r.step == steps),
+            "steps {:?}",
+            reports.iter().map(|r| r.step).collect::<Vec<_>>()
+        );
+        assert_agreement(&swarm, &peers, &reports);
+    });
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_late_joiner_takes_the_swarms_anchors_then_trains() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (swarm, m) = (MemSwarm::new(), manifest("in-process-late"));
-    let mut peers: Vec<Peer> =
-        (0..2).map(|i| Peer::start(&swarm, &m, tmp.path(), i, 3, 500)).collect();
-    for p in &peers {
-        p.wait_until("10 rounds", Duration::from_secs(60), |t| t.merges >= 10 && min_round(t) >= 6)
+#[test]
+fn a_late_joiner_takes_the_swarms_anchors_then_trains() {
+    in_turn(async {
+        let tmp = tempfile::tempdir().unwrap();
+        let (swarm, m) = (MemSwarm::new(), manifest("in-process-late"));
+        // The first two train on past ten rounds (2 s) and the joiner's start.
+        let steps = common::steps_for(Duration::from_secs(6));
+        let mut peers: Vec<Peer> =
+            (0..2).map(|i| Peer::start(&swarm, &m, tmp.path(), i, 3, steps)).collect();
+        for p in &peers {
+            p.wait_until("10 rounds", Duration::from_secs(60), |t| {
+                t.merges >= 10 && min_round(t) >= 6
+            })
             .await;
-    }
-    let swarm_round = min_round(&peers[1].training().unwrap());
-    peers.push(Peer::start(&swarm, &m, tmp.path(), 2, 3, 200));
-    let t = peers[2].wait_until("first inner step", Duration::from_secs(30), |t| t.step > 0).await;
-    assert!(
-        t.join_rounds.iter().all(|&r| r + 1 >= swarm_round),
-        "started training at rounds {:?} while the swarm was at round {swarm_round}",
-        t.join_rounds
-    );
-    let mut reports = Vec::new();
-    for p in &mut peers {
-        reports.push(p.report(Duration::from_secs(120)).await);
-    }
-    assert_agreement(&swarm, &peers, &reports);
+        }
+        let swarm_round = min_round(&peers[1].training().unwrap());
+        peers.push(Peer::start(&swarm, &m, tmp.path(), 2, 3, 200));
+        let t =
+            peers[2].wait_until("first inner step", Duration::from_secs(30), |t| t.step > 0).await;
+        assert!(
+            t.join_rounds.iter().all(|&r| r + 1 >= swarm_round),
+            "started training at rounds {:?} while the swarm was at round {swarm_round}",
+            t.join_rounds
+        );
+        let mut reports = Vec::new();
+        for p in &mut peers {
+            reports.push(p.report(common::deadline_for(steps)).await);
+        }
+        assert_agreement(&swarm, &peers, &reports);
+    });
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_healed_partition_ends_in_agreement() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (swarm, m) = (MemSwarm::new(), manifest("in-process-partition"));
-    let mut peers: Vec<Peer> =
-        (0..4).map(|i| Peer::start(&swarm, &m, tmp.path(), i, 4, 500)).collect();
-    for p in &peers {
-        p.wait_until("3 rounds merged", Duration::from_secs(60), |t| t.merges >= 3).await;
-    }
-    let ids: Vec<PeerId> = peers.iter().map(|p| p.id).collect();
-    swarm.split(&[&ids[..2], &ids[2..]]);
-    // Apart, each side merges on its own and the two lineages differ.
-    let apart = min_round(&peers[0].training().unwrap()) + 4;
-    let mut sides = Vec::new();
-    for p in &peers {
-        let t = p
-            .wait_until("4 rounds apart", Duration::from_secs(60), |t| min_round(t) >= apart)
-            .await;
-        sides.push(t.anchor_hashes);
-    }
-    assert_ne!(sides[0], sides[2], "the two sides of the partition did not diverge");
-    swarm.heal();
-    let mut reports = Vec::new();
-    for p in &mut peers {
-        reports.push(p.report(Duration::from_secs(120)).await);
-    }
-    assert_agreement(&swarm, &peers, &reports);
+#[test]
+fn a_healed_partition_ends_in_agreement() {
+    in_turn(async {
+        let tmp = tempfile::tempdir().unwrap();
+        let (swarm, m) = (MemSwarm::new(), manifest("in-process-partition"));
+        // Every peer trains on past three rounds together and four apart (1.4 s).
+        let steps = common::steps_for(Duration::from_secs(5));
+        let mut peers: Vec<Peer> =
+            (0..4).map(|i| Peer::start(&swarm, &m, tmp.path(), i, 4, steps)).collect();
+        for p in &peers {
+            p.wait_until("3 rounds merged", Duration::from_secs(60), |t| t.merges >= 3).await;
+        }
+        let ids: Vec<PeerId> = peers.iter().map(|p| p.id).collect();
+        swarm.split(&[&ids[..2], &ids[2..]]);
+        // Apart, each side merges on its own and the two lineages differ.
+        let apart = min_round(&peers[0].training().unwrap()) + 4;
+        let mut sides = Vec::new();
+        for p in &peers {
+            let t = p
+                .wait_until("4 rounds apart", Duration::from_secs(60), |t| min_round(t) >= apart)
+                .await;
+            sides.push(t.anchor_hashes);
+        }
+        assert_ne!(sides[0], sides[2], "the two sides of the partition did not diverge");
+        swarm.heal();
+        let mut reports = Vec::new();
+        for p in &mut peers {
+            reports.push(p.report(common::deadline_for(steps)).await);
+        }
+        assert_agreement(&swarm, &peers, &reports);
+    });
 }

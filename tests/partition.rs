@@ -26,11 +26,14 @@ use atoll_net::{fault, PeerId};
 
 use netns::Netns;
 
-use common::{assert_same_final_anchors, serial, swarm_with, wait_all_exit, wait_for, Peer, Spec};
+use common::{
+    assert_same_final_anchors, serial, swarm_with, wait_all_exit, wait_for, Peer, Spec, Until,
+};
 
-/// Steps per peer: four peers share two cores, so each makes roughly 70–300 steps/s; the
-/// partition is healed 5–30 s after the start, and the peers must still be training then.
-const STEPS: u64 = 5_000;
+/// How long each peer trains (`--duration`): the partition is healed 5–30 s after the start
+/// (connections and rounds are wall-clock, whatever the step rate), and the peers must
+/// still be training then.
+const TRAIN: Duration = Duration::from_secs(45);
 /// Rounds each side must merge on its own.
 const ROUNDS_APART: u64 = 8;
 /// Generous bounds: other builds and tests may share the two cores.
@@ -85,12 +88,12 @@ enum Cut {
 }
 
 impl Cut {
-    /// Steps per peer: enough to train through the partition (a silent cut takes up to
-    /// 35 s to notice, so the heal comes about 30 s later than with a block list).
-    fn steps(&self) -> u64 {
+    /// How long each peer trains: through the partition (a silent cut takes up to 35 s to
+    /// notice, so the heal comes about 30 s later than with a block list).
+    fn train_for(&self) -> Until {
         match self {
-            Cut::BlockList => STEPS,
-            Cut::Netns(_) => 4 * STEPS,
+            Cut::BlockList => Until::Seconds(TRAIN.as_secs()),
+            Cut::Netns(_) => Until::Seconds(4 * TRAIN.as_secs()),
         }
     }
 
@@ -155,8 +158,8 @@ impl Run {
     /// Starts the swarm and waits until all four are connected and merging.
     fn start(how: &Cut, root: &std::path::Path) -> Run {
         let started = Instant::now();
-        let steps = [how.steps(); 4];
-        let mut peers = swarm_with(root, "partition", &steps, |i, s| how.spec(i, s));
+        let until = [how.train_for(); 4];
+        let mut peers = swarm_with(root, "partition", &until, |i, s| how.spec(i, s));
         let ids = peer_ids(&mut peers);
         let mut seen = History::default();
         wait_for("all four connected", CONNECT, &mut peers, |p| {

@@ -82,6 +82,7 @@ fn nonsense_slowdowns_and_flag_combinations_are_refused_with_the_reason() {
         (&["run", "--run-dir", dir, "--no-train", "--min-step-ms", "50"], "slow a training peer"),
         (&["run", "--run-dir", dir, "--min-step-ms", "600001"], "longer than the 600s accepted"),
         (&["chaos", "--run-dir", dir, "--min-step-ms", "0"], "not in 1..=600000"),
+        (&["demo", "--run-dir", dir, "--min-step-ms", "600001"], "not in 1..=600000"),
         (&["demo", "--run-dir", dir, "--slowdown", "inf"], "from 1 (full speed)"),
         (&["demo", "--run-dir", dir, "--slow-peers", "1"], "needs --slowdown"),
         (

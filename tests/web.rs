@@ -283,7 +283,8 @@ fn the_status_page_shows_a_live_swarm_in_chromium() {
     let Some(chromium) = chromium() else { return };
     let _serial = common::serial();
     let tmp = common::test_dir("web-page-");
-    let steps = 3_000;
+    // Peer 0 trains on past Chromium's first load (seconds).
+    let steps = common::steps_for(Duration::from_secs(15));
     let mut peers = swarm(tmp.path(), "web-page", steps, 100, &["--http", "127.0.0.1:0"]);
     let before = wait_serving(&mut peers, 30);
     let url = format!("http://{}/", before.endpoints.http_addr.clone().unwrap());
@@ -310,7 +311,7 @@ fn the_status_page_shows_a_live_swarm_in_chromium() {
 
     // Peer 0 reaches its target and stays, merging peer 1's deltas: its numbers are frozen,
     // so a second load must show exactly what status.json says.
-    let t = peers[0].wait_until("peer 0 trained", Duration::from_secs(60), |t| t.trained);
+    let t = peers[0].wait_until("peer 0 trained", common::deadline_for(steps), |t| t.trained);
     let dom = dump_dom(&chromium, tmp.path(), &url, Duration::from_secs(2));
     let step2: u64 = num(&dom, "atoll", "data-step");
     assert_eq!(step2, steps, "the page did not update to the final step");

@@ -60,12 +60,8 @@ pub struct Args {
     /// before it drops it.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=600))]
     pub barrier_timeout: u64,
-    /// Every peer's inner steps take at least MS milliseconds (`atoll run --min-step-ms`):
-    /// a fixed step rate per peer, as if each had a machine of its own, so a killed peer's
-    /// CPU does not speed the survivors up. Pick MS above a step's compute time with all
-    /// peers running.
-    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=600_000))]
-    pub min_step_ms: Option<u64>,
+    #[command(flatten)]
+    pub pace: swarm::Pace,
     #[command(flatten)]
     pub run: swarm::RunArgs,
     /// Skip the failure-free baseline run.
@@ -237,7 +233,7 @@ pub fn main(args: Args) -> anyhow::Result<()> {
         duration_s: args.duration,
         mtbf_s: args.mtbf,
         barrier_timeout_s: args.method.is_group().then_some(args.barrier_timeout),
-        min_step_ms: args.min_step_ms,
+        min_step_ms: args.pace.min_step_ms,
         seed: args.run.seed,
         wall_s: started.elapsed().as_secs_f64(),
         faults,

@@ -36,6 +36,8 @@ pub struct Args {
     pub run_dir: PathBuf,
     #[command(flatten)]
     pub run: swarm::RunArgs,
+    #[command(flatten)]
+    pub pace: swarm::Pace,
     /// Give up (and stop the peers) after this many seconds.
     #[arg(long, default_value_t = 1200)]
     pub timeout: u64,
@@ -218,10 +220,11 @@ fn start_peer(
         Some(d) => Until::Seconds(d.saturating_sub(args.start_after(index)).max(1)),
         None => Until::Steps(args.steps),
     };
-    let mut spec = Spec::train(dir.clone(), manifest, &shard, until)
+    let spec = Spec::train(dir.clone(), manifest, &shard, until)
         .bootstrap(bootstrap.iter().cloned())
         .backend(args.run.backend)
         .data(args.run.data.as_deref());
+    let mut spec = args.pace.apply(spec);
     if let Some(mbps) = args.max_upload_mbps {
         spec = spec.arg("--max-upload-mbps").arg(&mbps.to_string());
     }

@@ -35,6 +35,27 @@ pub struct RunArgs {
     pub backend: Backend,
 }
 
+/// The step floor of every peer of a local swarm (demo, chaos).
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct Pace {
+    /// Every peer's inner steps take at least MS milliseconds (`atoll run --min-step-ms`):
+    /// a fixed step rate per peer, as if each had a machine of its own, so a killed peer's
+    /// CPU does not speed the survivors up, and a run is as long on a faster CPU. Pick MS
+    /// above a step's compute time with all peers running.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    pub min_step_ms: Option<u64>,
+}
+
+impl Pace {
+    /// `spec` with `--min-step-ms`, if set.
+    pub fn apply(self, spec: Spec) -> Spec {
+        match self.min_step_ms {
+            Some(ms) => spec.arg("--min-step-ms").arg(&ms.to_string()),
+            None => spec,
+        }
+    }
+}
+
 impl RunArgs {
     /// The corpus and the run manifest (see [`manifest`]).
     pub fn open(&self, decay_steps: Option<u64>) -> anyhow::Result<(Corpus, Manifest)> {

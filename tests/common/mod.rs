@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use atoll::data::Corpus;
-pub use atoll::fleet::{Process, Spec, Until};
+pub use atoll::fleet::{Process, Role, Spec, Until};
 use atoll::manifest::Manifest;
 use atoll::node::status::{self, StatusFile, TrainingStatus};
 use atoll::proto::RawSettings;
@@ -24,6 +24,64 @@ static SERIAL: Mutex<()> = Mutex::new(());
 pub const POLL: Duration = Duration::from_millis(100);
 /// Lines of a peer's log shown when a test fails.
 const LOG_TAIL_LINES: usize = 20;
+
+/// Every training peer of these tests steps at most once per `STEP_MS` (`--min-step-ms`),
+/// however fast the CPU: a step count is then a *least* duration ([`steps_for`]), and a
+/// scenario that needs peers still training at some point holds on any faster machine.
+/// Rounds are wall-clock (200 ms), so the floor also fixes the steps per round. Slower
+/// machines only stretch a run: deadlines on step counts ([`deadline_for`]) allow a sixth
+/// of the floor's rate, and `ATOLL_TEST_SLOWDOWN=F` runs every peer `F` times slower
+/// (`--slowdown F`) to check it.
+pub const STEP_MS: u64 = 5;
+/// Set to a factor (e.g. `3`) to slow every test peer's steps by that much.
+pub const SLOWDOWN_ENV: &str = "ATOLL_TEST_SLOWDOWN";
+
+/// The most steps a test peer makes in `d` (its step floor): a peer given this many steps
+/// trains for at least `d`.
+pub fn steps_for(d: Duration) -> u64 {
+    (d.as_millis() as u64).div_ceil(STEP_MS)
+}
+
+/// How long `steps` steps may take before a wait on them fails: six times the floor (a
+/// machine several times slower than the floor's rate, or peers slowed with
+/// [`SLOWDOWN_ENV`]), plus a minute for start-up and the finish.
+pub fn deadline_for(steps: u64) -> Duration {
+    Duration::from_millis(steps * STEP_MS * 6) + Duration::from_secs(60)
+}
+
+/// `ATOLL_TEST_SLOWDOWN`, when set: the factor every test peer is slowed by.
+pub fn slowdown() -> Option<f64> {
+    let v = std::env::var(SLOWDOWN_ENV).ok()?;
+    let f: f64 = v.parse().unwrap_or_else(|_| panic!("{SLOWDOWN_ENV}={v:?} is not a number"));
+    Some(f)
+}
+
+/// The pace of the tests' peers as flags of `atoll run`, `demo` or `chaos`: the step floor
+/// and the slowdown of [`SLOWDOWN_ENV`], if set.
+pub fn pace_flags() -> Vec<String> {
+    let mut flags = vec!["--min-step-ms".to_owned(), STEP_MS.to_string()];
+    if let Some(f) = slowdown() {
+        flags.extend(["--slowdown".to_owned(), f.to_string()]);
+    }
+    flags
+}
+
+/// A training peer's `spec` with [`pace_flags`] (a spec that sets its own floor keeps it).
+pub fn paced(spec: &Spec) -> Spec {
+    let mut spec = spec.clone();
+    if !matches!(spec.role, Role::Train { .. } | Role::Join { .. }) {
+        return spec;
+    }
+    let own_floor = spec.extra.iter().any(|a| a == "--min-step-ms");
+    let mut flags = pace_flags().into_iter();
+    while let Some(flag) = flags.next() {
+        let value = flags.next().expect("a pace flag has a value");
+        if !(own_floor && flag == "--min-step-ms") {
+            spec = spec.arg(&flag).arg(&value);
+        }
+    }
+    spec
+}
 
 pub fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|p| p.into_inner())
@@ -76,9 +134,11 @@ pub struct Peer {
 }
 
 impl Peer {
+    /// Starts `spec` [`paced`] (the spec kept is the one given, so a restart paces again).
     pub fn start(name: &str, spec: Spec) -> Peer {
-        let process =
-            spec.start(Path::new(env!("CARGO_BIN_EXE_atoll"))).expect("cannot start atoll run");
+        let process = paced(&spec)
+            .start(Path::new(env!("CARGO_BIN_EXE_atoll")))
+            .expect("cannot start atoll run");
         Peer { name: name.to_owned(), spec, process }
     }
 
@@ -222,19 +282,19 @@ pub fn wait_for(
     }
 }
 
-/// A swarm of training peers in `root/peer-I` (one per entry of `steps`), peer 0 first and
+/// A swarm of training peers in `root/peer-I` (one per entry of `until`), peer 0 first and
 /// the others bootstrapping from it; `adjust` may change peer `I`'s spec.
 pub fn swarm_with(
     root: &Path,
     name: &str,
-    steps: &[u64],
+    until: &[Until],
     adjust: impl Fn(usize, Spec) -> Spec,
 ) -> Vec<Peer> {
     let manifest = swarm_manifest(root, name);
-    let n = steps.len();
+    let n = until.len();
     let spec = |i: usize| {
         let dir = root.join(format!("peer-{i}"));
-        adjust(i, Spec::train(dir, &manifest, &format!("{i}/{n}"), Until::Steps(steps[i])))
+        adjust(i, Spec::train(dir, &manifest, &format!("{i}/{n}"), until[i]))
     };
     let mut peers = vec![Peer::start("peer 0", spec(0))];
     let addr = peers[0].listen_addr(Duration::from_secs(30));
@@ -244,9 +304,11 @@ pub fn swarm_with(
     peers
 }
 
-/// [`swarm_with`] on loopback with default specs.
+/// [`swarm_with`] on loopback with default specs, each peer training to its entry of
+/// `steps`.
 pub fn swarm(root: &Path, name: &str, steps: &[u64]) -> Vec<Peer> {
-    swarm_with(root, name, steps, |_, s| s)
+    let until: Vec<Until> = steps.iter().map(|&n| Until::Steps(n)).collect();
+    swarm_with(root, name, &until, |_, s| s)
 }
 
 /// Waits for every peer to finish on its own and checks that all exited 0.

@@ -146,13 +146,11 @@ impl Swarm<'_> {
         let left_ms = (self.args.duration * 1000).saturating_sub(self.elapsed_ms());
         let until = Until::Seconds(left_ms.div_ceil(1000).max(1));
         let shard = format!("{i}/{}", self.args.peers);
-        let mut spec = Spec::train(swarm::peer_dir(self.dir, i), &self.manifest, &shard, until)
+        let spec = Spec::train(swarm::peer_dir(self.dir, i), &self.manifest, &shard, until)
             .bootstrap(bootstrap.iter().cloned())
             .backend(self.args.run.backend)
             .data(self.args.run.data.as_deref());
-        if let Some(ms) = self.args.min_step_ms {
-            spec = spec.arg("--min-step-ms").arg(&ms.to_string());
-        }
+        let mut spec = self.args.pace.apply(spec);
         if self.args.method.is_group() {
             let (group, timeout) = (self.args.peers.to_string(), self.args.barrier_timeout);
             spec = spec
