@@ -13,6 +13,7 @@ use libp2p::{
 };
 use libp2p::{PeerId, StreamProtocol};
 
+use crate::addr;
 use crate::announce::{topic_name, GOSSIP_MAX_TRANSMIT};
 use crate::blob::wire::{BlobCodec, BLOB_PROTOCOL};
 use crate::config::NetConfig;
@@ -157,8 +158,7 @@ fn gossip(key: &Keypair, net: &NetConfig) -> Result<gossipsub::Behaviour, NetErr
         gossipsub::Behaviour::new(gossipsub::MessageAuthenticity::Signed(key.clone()), cfg)
             .map_err(|e| NetError::Config(format!("gossipsub: {e}")))?;
     let topic = gossipsub::IdentTopic::new(topic_name(&net.run_name)).hash();
-    let on_loopback =
-        net.listen.iter().any(|a| crate::node::addr_is_loopback(a) || addr_is_unspecified(a));
+    let on_loopback = net.listen.iter().any(|a| addr::is_loopback(a) || addr::is_unspecified(a));
     gossip
         .with_peer_score(
             scoring::params(topic, on_loopback && net.exempt_loopback),
@@ -166,14 +166,4 @@ fn gossip(key: &Keypair, net: &NetConfig) -> Result<gossipsub::Behaviour, NetErr
         )
         .map_err(|e| NetError::Config(format!("gossipsub scoring: {e}")))?;
     Ok(gossip)
-}
-
-/// True for `0.0.0.0` / `::` (listening there includes loopback).
-fn addr_is_unspecified(addr: &libp2p::Multiaddr) -> bool {
-    use libp2p::multiaddr::Protocol;
-    addr.iter().any(|p| match p {
-        Protocol::Ip4(ip) => ip.is_unspecified(),
-        Protocol::Ip6(ip) => ip.is_unspecified(),
-        _ => false,
-    })
 }

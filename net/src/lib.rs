@@ -9,6 +9,7 @@
 //! - [`identity`]: the ed25519 key persisted in the run dir.
 //! - [`behaviour`]: the composed protocols (Kademlia `/atoll/kad/1.0.0`, identify, ping,
 //!   gossipsub with peer scoring, blob request-response, mDNS) and their settings.
+//! - `addr`: what an address says (loopback, unspecified), for the behaviour and the node.
 //! - [`transport`]: TCP+noise+yamux or QUIC, every substream byte counted.
 //! - [`advert`]: the run's manifest hash in identify's agent version, and reading it back.
 //! - [`announce`]: the versioned envelope of announcements and its checks.
@@ -40,6 +41,7 @@
 //! # Ok(()) }
 //! ```
 
+pub(crate) mod addr;
 pub mod advert;
 pub mod announce;
 pub mod bans;

@@ -204,12 +204,3 @@ pub fn split_p2p(addr: &Multiaddr) -> Option<(PeerId, Multiaddr)> {
         _ => None,
     }
 }
-
-/// True when the address is on the loopback interface.
-pub(crate) fn addr_is_loopback(addr: &Multiaddr) -> bool {
-    addr.iter().any(|p| match p {
-        Protocol::Ip4(ip) => ip.is_loopback(),
-        Protocol::Ip6(ip) => ip.is_loopback(),
-        _ => false,
-    })
-}

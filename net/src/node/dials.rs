@@ -97,7 +97,7 @@ pub fn pick_addrs(addrs: Vec<Multiaddr>, allow_loopback: bool) -> Vec<Multiaddr>
     let mut direct = 0;
     let mut relayed = false;
     for a in addrs {
-        if out.contains(&a) || (!allow_loopback && super::addr_is_loopback(&a)) {
+        if out.contains(&a) || (!allow_loopback && crate::addr::is_loopback(&a)) {
             continue;
         }
         if super::nat::is_relayed(&a) {

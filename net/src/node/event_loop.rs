@@ -131,7 +131,7 @@ impl EventLoop {
             allow: cfg.allow.clone(),
             provider_dials: 0,
             dials: DialQueue::default(),
-            on_loopback: cfg.listen.iter().any(super::addr_is_loopback),
+            on_loopback: cfg.listen.iter().any(crate::addr::is_loopback),
             members: super::members::members_topic(&cfg.run_name),
             record_due: None,
             nat: Default::default(),

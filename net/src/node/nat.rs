@@ -111,10 +111,10 @@ impl EventLoop {
         // An address that reaches it: the one we dialled, else one it listens on.
         let dialled = self.nat.conns.values().find(|c| c.peer == peer && !c.relayed);
         let addr = dialled.map(|c| c.addr.clone()).or_else(|| {
-            let same_host = super::addr_is_loopback(&info.observed_addr);
+            let same_host = crate::addr::is_loopback(&info.observed_addr);
             info.listen_addrs
                 .iter()
-                .find(|a| !is_relayed(a) && (same_host || !super::addr_is_loopback(a)))
+                .find(|a| !is_relayed(a) && (same_host || !crate::addr::is_loopback(a)))
                 .cloned()
         });
         let Some(addr) = addr else { return };

@@ -150,9 +150,9 @@ impl EventLoop {
         }
         // The peer saw us at a loopback address: we share a host, and its loopback
         // addresses reach it. Otherwise they would reach some other process of ours.
-        let same_host = super::addr_is_loopback(&info.observed_addr);
+        let same_host = crate::addr::is_loopback(&info.observed_addr);
         for addr in info.listen_addrs {
-            if super::addr_is_loopback(&addr) && !same_host {
+            if crate::addr::is_loopback(&addr) && !same_host {
                 continue;
             }
             self.swarm.behaviour_mut().kad.add_address(&peer, addr);
