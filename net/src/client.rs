@@ -10,8 +10,8 @@ use bytes::Bytes;
 use libp2p::{Multiaddr, PeerId};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::blob::fetch;
 use crate::blob::fetch::sources::SourceBook;
+use crate::blob::fetch::{self, BlobPeers};
 use crate::blob::store::BlobStore;
 use crate::blob::wire::{BlobRequest, BlobResponse};
 use crate::blob::{BlobHash, ChunkList, MAX_BLOB_SIZE};
@@ -254,5 +254,20 @@ impl NetClient {
     /// Peers banned for the run, sorted.
     pub async fn banned(&self) -> Result<Vec<PeerId>, NetError> {
         self.ask(|reply| Command::Banned { reply }).await
+    }
+}
+
+/// A fetch asks and reports peers through the swarm task and shares the client's book.
+impl BlobPeers for NetClient {
+    async fn request(&self, peer: PeerId, request: BlobRequest) -> Result<BlobResponse, NetError> {
+        self.request_blob(peer, request).await
+    }
+
+    async fn report(&self, peer: PeerId, reason: RejectReason) -> Result<(), NetError> {
+        NetClient::report(self, peer, reason).await
+    }
+
+    fn book(&self) -> std::sync::MutexGuard<'_, SourceBook> {
+        self.lock_sources()
     }
 }

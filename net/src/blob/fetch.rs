@@ -16,6 +16,7 @@
 pub mod plan;
 pub mod sources;
 
+use std::sync::MutexGuard;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -24,9 +25,9 @@ use libp2p::PeerId;
 use tracing::{debug, info, warn};
 
 use self::plan::{ChunkPlan, Note, Outcome};
+use self::sources::SourceBook;
 use super::wire::{BlobRequest, BlobResponse};
 use super::{chunk_range, BlobHash, ChunkList};
-use crate::client::NetClient;
 use crate::counters::RejectReason;
 use crate::error::{FetchError, NetError};
 
@@ -43,27 +44,39 @@ const MANIFEST_STRAGGLE: std::time::Duration = std::time::Duration::from_millis(
 /// timeout when the others said they do not have the blob.
 const MANIFEST_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
+/// What a fetch needs of the node: one request to one peer, a report against one, and the
+/// book of source reputations that all fetches share. The node's client is one; the fetch
+/// knows nothing else of it.
+pub(crate) trait BlobPeers {
+    /// One raw blob request to one peer.
+    async fn request(&self, peer: PeerId, request: BlobRequest) -> Result<BlobResponse, NetError>;
+    /// Reports a peer that sent bad data.
+    async fn report(&self, peer: PeerId, reason: RejectReason) -> Result<(), NetError>;
+    /// The reputations and fetch counters, shared by all fetches (a short lock, no I/O).
+    fn book(&self) -> MutexGuard<'_, SourceBook>;
+}
+
 /// Fetches `hash` from `sources` (in preference order), refusing blobs above `max_size`
 /// bytes before allocating. Returns the bytes and the chunk list.
-pub async fn fetch(
-    client: &NetClient,
+pub(crate) async fn fetch(
+    peers: &impl BlobPeers,
     hash: BlobHash,
     mut sources: Vec<PeerId>,
     max_size: u64,
 ) -> Result<(Bytes, ChunkList), NetError> {
-    client.lock_sources().order(&mut sources);
-    let (chunk_list, holders) = fetch_chunk_list(client, hash, sources).await?;
+    peers.book().order(&mut sources);
+    let (chunk_list, holders) = fetch_chunk_list(peers, hash, sources).await?;
     if chunk_list.size > max_size {
         return Err(FetchError::TooLarge { hash, size: chunk_list.size, limit: max_size }.into());
     }
-    let data = fetch_chunks(client, hash, &chunk_list, holders).await?;
+    let data = fetch_chunks(peers, hash, &chunk_list, holders).await?;
     Ok((data, chunk_list))
 }
 
 /// Asks sources for the chunk list; returns it with the peers that answered with it, in the
 /// order of `sources`.
 async fn fetch_chunk_list(
-    client: &NetClient,
+    peers: &impl BlobPeers,
     hash: BlobHash,
     sources: Vec<PeerId>,
 ) -> Result<(ChunkList, Vec<PeerId>), NetError> {
@@ -74,7 +87,7 @@ async fn fetch_chunk_list(
             .iter()
             .enumerate()
             .map(|(i, &peer)| async move {
-                let res = client.request_blob(peer, BlobRequest::ChunkList { hash }).await;
+                let res = peers.request(peer, BlobRequest::ChunkList { hash }).await;
                 (b * MANIFEST_PARALLEL + i, peer, res)
             })
             .collect();
@@ -89,8 +102,8 @@ async fn fetch_chunk_list(
                     cutoff = cutoff.min(tokio::time::Instant::now() + MANIFEST_STRAGGLE);
                 }
                 Ok(BlobResponse::ChunkList(_)) | Ok(BlobResponse::Chunk(_)) => {
-                    log_bad(client, peer, hash, RejectReason::BadChunkList);
-                    client.report(peer, RejectReason::BadChunkList).await?;
+                    log_bad(peers, peer, hash, RejectReason::BadChunkList);
+                    peers.report(peer, RejectReason::BadChunkList).await?;
                 }
                 Ok(BlobResponse::NotFound) | Ok(BlobResponse::Busy) => {}
                 Err(NetError::Shutdown) => return Err(NetError::Shutdown),
@@ -111,14 +124,14 @@ async fn fetch_chunk_list(
 }
 
 async fn fetch_chunks(
-    client: &NetClient,
+    peers: &impl BlobPeers,
     hash: BlobHash,
     chunk_list: &ChunkList,
     holders: Vec<PeerId>,
 ) -> Result<Bytes, NetError> {
     let total = chunk_list.chunk_count();
     let mut buf = vec![0u8; chunk_list.size as usize];
-    let prior = client.lock_sources().prior();
+    let prior = peers.book().prior();
     let mut plan = ChunkPlan::new(total, &holders, prior);
     let mut inflight = FuturesUnordered::new();
     let result = loop {
@@ -126,10 +139,10 @@ async fn fetch_chunks(
         for issue in plan.poll(now) {
             inflight.push(async move {
                 let req = BlobRequest::Chunk { hash, index: issue.chunk as u32 };
-                (issue, client.request_blob(issue.peer, req).await)
+                (issue, peers.request(issue.peer, req).await)
             });
         }
-        if let Err(e) = apply_notes(client, hash, &mut plan).await {
+        if let Err(e) = apply_notes(peers, hash, &mut plan).await {
             break Err(e);
         }
         if plan.is_done() {
@@ -168,7 +181,7 @@ async fn fetch_chunks(
             _ = sleep_until_opt(wake) => {}
         }
     };
-    client.lock_sources().learn(&plan.reports());
+    peers.book().learn(&plan.reports());
     result.map(|()| Bytes::from(buf))
 }
 
@@ -182,20 +195,20 @@ async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
 
 /// Counts, logs (throttled) and reports what the plan noted.
 async fn apply_notes(
-    client: &NetClient,
+    peers: &impl BlobPeers,
     hash: BlobHash,
     plan: &mut ChunkPlan,
 ) -> Result<(), NetError> {
     for note in plan.take_notes() {
         match note {
             Note::Report(peer, reason) => {
-                log_bad(client, peer, hash, reason);
-                client.report(peer, reason).await?;
+                log_bad(peers, peer, hash, reason);
+                peers.report(peer, reason).await?;
             }
             Note::Slow(peer) => {
                 let deadline = plan.deadline();
                 let log = {
-                    let mut book = client.lock_sources();
+                    let mut book = peers.book();
                     book.slow += 1;
                     book.log_check(peer, "slow_source", Instant::now())
                 };
@@ -210,7 +223,7 @@ async fn apply_notes(
                 }
             }
             Note::Hedged(_) => {
-                client.lock_sources().hedged += 1;
+                peers.book().hedged += 1;
             }
         }
     }
@@ -218,8 +231,8 @@ async fn apply_notes(
 }
 
 /// Logs a source that sent bad data (one line per peer and reason per minute).
-fn log_bad(client: &NetClient, peer: PeerId, hash: BlobHash, reason: RejectReason) {
-    let allowed = client.lock_sources().log_check(peer, reason.as_str(), Instant::now());
+fn log_bad(peers: &impl BlobPeers, peer: PeerId, hash: BlobHash, reason: RejectReason) {
+    let allowed = peers.book().log_check(peer, reason.as_str(), Instant::now());
     if let Some(suppressed) = allowed {
         warn!(peer = %peer, blob = %hash, reason = reason.as_str(), suppressed, "source sent bad data: dropped");
     }
