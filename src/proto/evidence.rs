@@ -10,7 +10,7 @@
 //! counted voters behind it, not a mere plurality (src/proto/catchup.rs).
 
 use super::fasthash::FastMap;
-use super::held::merge_inputs;
+use super::held::{self, merge_inputs};
 use super::lane::{Lane, Window};
 use super::merge;
 use super::state::FragmentState;
@@ -54,7 +54,7 @@ impl Lane {
         else {
             return Evidence::Unverifiable;
         };
-        let decoded = self.decode_held(&listed, settings, limits);
+        let decoded = held::decode(&self.held, &self.spec, &listed, settings, limits);
         if decoded.len() != listed.len() {
             return Evidence::Unverifiable;
         }

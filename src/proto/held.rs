@@ -1,10 +1,11 @@
 //! Contributions a peer holds, kept encoded, and their decoding for a merge (or for
 //! recomputing another peer's merge, src/proto/evidence.rs).
 
-use super::lane::Lane;
+use super::fasthash::FastMap;
 use super::merge::Input;
 use super::{PeerId, Settings};
 use crate::delta::{self, ContentHash, Limits};
+use crate::fragment::FragmentSpec;
 use bytes::Bytes;
 
 /// A contribution this peer holds: pending, or merged recently (kept so that it can be
@@ -28,31 +29,30 @@ pub(crate) struct Held {
 /// A held contribution decoded for a merge: hash, author, weighed tokens and steps, values.
 pub(crate) type Decoded = (ContentHash, PeerId, u64, u64, Vec<f32>);
 
-impl Lane {
-    /// Decodes held contributions for a merge, in the order given. Held payloads passed
-    /// every check on arrival; decoding them again cannot fail unless memory was
-    /// corrupted, and such a payload is simply left out.
-    pub fn decode_held(
-        &self,
-        hashes: &[ContentHash],
-        settings: &Settings,
-        limits: &Limits,
-    ) -> Vec<Decoded> {
-        let max_steps = settings.max_weighted_steps();
-        hashes
-            .iter()
-            .filter_map(|hash| {
-                let h = self.held.get(hash)?;
-                let d = delta::decode(&h.bytes, &self.spec, limits).ok()?;
-                // A claim of more steps than a round allows weighs as if it held the
-                // bound, tokens scaled alike (claims were checked against the manifest).
-                let steps = h.steps.min(max_steps);
-                let tokens =
-                    (u128::from(h.tokens) * u128::from(steps) / u128::from(h.steps.max(1))) as u64;
-                Some((*hash, h.origin, tokens, steps, d.values))
-            })
-            .collect()
-    }
+/// Decodes the contributions `hashes` names out of `held` (one lane's, whose fragment is
+/// `spec`), in the order given. Held payloads passed every check on arrival; decoding them
+/// again cannot fail unless memory was corrupted, and such a payload is simply left out.
+pub(crate) fn decode(
+    held: &FastMap<ContentHash, Held>,
+    spec: &FragmentSpec,
+    hashes: &[ContentHash],
+    settings: &Settings,
+    limits: &Limits,
+) -> Vec<Decoded> {
+    let max_steps = settings.max_weighted_steps();
+    hashes
+        .iter()
+        .filter_map(|hash| {
+            let h = held.get(hash)?;
+            let d = delta::decode(&h.bytes, spec, limits).ok()?;
+            // A claim of more steps than a round allows weighs as if it held the bound,
+            // tokens scaled alike (claims were checked against the manifest).
+            let steps = h.steps.min(max_steps);
+            let tokens =
+                (u128::from(h.tokens) * u128::from(steps) / u128::from(h.steps.max(1))) as u64;
+            Some((*hash, h.origin, tokens, steps, d.values))
+        })
+        .collect()
 }
 
 /// The merge's view of decoded contributions.

@@ -2,7 +2,7 @@
 //! and the votes. Everything here is per fragment, so fragments never wait on each other.
 
 use super::fasthash::{FastMap, FastSet};
-use super::held::{merge_inputs, Held};
+use super::held::{self, merge_inputs, Held};
 use super::io::{ApplyAnchor, Contribution, MergeReport, Metrics, Output};
 use super::merge;
 use super::reconcile::Votes;
@@ -209,7 +209,7 @@ impl Lane {
             .filter(|(_, h)| h.merged_at.is_none() && w.eligible(h.round, round))
             .map(|(hash, _)| *hash)
             .collect();
-        let decoded = self.decode_held(&pending, settings, limits);
+        let decoded = held::decode(&self.held, &self.spec, &pending, settings, limits);
         let mut inputs = merge_inputs(&decoded);
         // The incremental count can overstate what is mergeable (a counted delta may have
         // been found merged by an adopted state since); the set itself decides.
