@@ -29,7 +29,13 @@ pub struct Args {
 
 pub fn main(args: Args) -> anyhow::Result<()> {
     if args.swarm {
-        return super::swarm_table::main(&args.run_dir, args.json);
+        let view = read_swarm(&args.run_dir)?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&view)?);
+        } else {
+            print!("{}", super::swarm_table::table(&view, unix_ms()));
+        }
+        return Ok(());
     }
     let status = read_status(&args.run_dir)?;
     if args.json {

@@ -1,25 +1,12 @@
-//! `atoll status --swarm`: every known peer of the run, from one peer's heartbeat table.
-
-use std::path::Path;
+//! `atoll status --swarm` as a table: every known peer of the run, from one peer's heartbeat
+//! table (`swarm.json`, read by `atoll status`).
 
 use atoll::heartbeat::table::SwarmView;
 use atoll::heartbeat::{short_peer, Heartbeat};
 use atoll_net::Reachability;
 
-use super::status::{read_swarm, unix_ms};
-
-pub fn main(run_dir: &Path, json: bool) -> anyhow::Result<()> {
-    let view = read_swarm(run_dir)?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&view)?);
-    } else {
-        print!("{}", table(&view, unix_ms()));
-    }
-    Ok(())
-}
-
-/// One row per peer: this peer first, then the others by peer id.
-fn table(v: &SwarmView, now: u64) -> String {
+/// One row per peer: this peer first, then the others by peer id; `now` in unix ms.
+pub fn table(v: &SwarmView, now: u64) -> String {
     let age = now.saturating_sub(v.updated_unix_ms);
     let mut out = format!(
         "{} peers known to {} (heard by heartbeat in the last minute; table written {} ago)\n",
