@@ -10,7 +10,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::node::ledger::MergeRecord;
+use crate::rundir::ledger::MergeRecord;
 
 /// What the schedule draws from.
 #[derive(Debug, Clone, PartialEq)]
@@ -190,7 +190,7 @@ pub fn rejoined(incarnations: &[Incarnation], merges: &[MergeRecord]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::node::ledger::ContributionRecord;
+    use crate::rundir::ledger::ContributionRecord;
 
     fn cfg(seed: u64) -> ScheduleConfig {
         ScheduleConfig {

@@ -35,7 +35,7 @@ use serde::Serialize;
 
 use crate::heartbeat::short_peer;
 use crate::heartbeat::table::{PeerEntry, SwarmView};
-use crate::node::status::{StatusFile, TrainingStatus};
+use crate::rundir::status::{StatusFile, TrainingStatus};
 
 /// A peer alone this long has no reachable peer.
 pub const NO_PEER_AFTER_MS: u64 = 10_000;

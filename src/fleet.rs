@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 
 use crate::backend::Backend;
-use crate::node::status::{self, StatusFile};
+use crate::rundir::status::{self, StatusFile};
 
 /// Name of a peer's log file in its run dir.
 pub const LOG_FILE: &str = "peer.log";

@@ -14,6 +14,8 @@
 //! - [`metrics`]: the `metrics.jsonl` record of validation passes.
 //! - [`manifest`]: the run manifest (everything peers must share) and the run id.
 //! - [`join`]: `--join RUN_ID@MULTIADDR`: the run's manifest fetched by its id from a peer.
+//! - [`rundir`]: the run dir's report and resume files (`status.json`, `swarm.json`,
+//!   `merges.jsonl`, `anchors/`): formats, readers and writers, below node and web.
 //! - [`node`]: a training peer: trainer thread + protocol core + `atoll-net`.
 //! - [`sample`]: text generation from a trained model.
 //! - [`chaos`]: the chaos harness's seeded fault schedule and its goodput/uptime figures.
@@ -39,6 +41,7 @@ pub mod metrics;
 pub mod model;
 pub mod node;
 pub mod proto;
+pub mod rundir;
 pub mod sample;
 pub mod sim;
 pub mod train;

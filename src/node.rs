@@ -14,7 +14,6 @@
 //! merging the others' deltas, until no fragment changed for a period plus the grace cap
 //! (the swarm is quiet), then applies its final anchors, evaluates them and exits.
 
-pub mod anchors;
 mod disk;
 mod effects;
 mod error;
@@ -22,14 +21,12 @@ mod fetches;
 mod finish;
 pub mod heartbeats;
 mod inputs;
-pub mod ledger;
 pub mod memnet;
 pub mod network;
 mod observer;
 pub mod priority;
 mod setup;
 pub mod slowdown;
-pub mod status;
 pub mod wire;
 pub mod worker;
 
@@ -56,7 +53,8 @@ use crate::data::{Corpus, Shard};
 
 use crate::manifest::{Manifest, RunId};
 use crate::proto::{Event, Millis, Offence, PeerId, Protocol, Timer};
-use status::TrainingStatus;
+use crate::rundir::ledger;
+use crate::rundir::status::{self, TrainingStatus};
 use worker::{FromWorker, ToWorker, WorkerSetup};
 
 /// How often `status.json` is rewritten.

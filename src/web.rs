@@ -20,7 +20,7 @@ use tokio::task::JoinSet;
 
 pub use board::Board;
 
-use crate::node::status::Endpoints;
+use crate::rundir::status::Endpoints;
 
 /// A server could not start.
 #[derive(Debug, thiserror::Error)]

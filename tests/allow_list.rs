@@ -23,7 +23,7 @@ fn peers_off_the_allow_list_are_refused_on_both_sides() {
     let mut train = atoll::train::TrainConfig::tiny(3);
     train.val_every = 100;
     let mut m = common::tiny_manifest("allow-test", train);
-    m.epoch_unix_ms = atoll::node::status::unix_ms();
+    m.epoch_unix_ms = atoll::rundir::status::unix_ms();
     m.allow = vec![member.clone()];
     let manifest = common::write_manifest(tmp.path().join("manifest-in.json"), &m);
 

@@ -9,7 +9,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use atoll::node::status::{self, TrainingStatus};
+use atoll::rundir::status::{self, TrainingStatus};
 
 use common::{assert_same_final_anchors, serial, swarm, wait_all_exit, Peer, POLL};
 

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use atoll::checkpoint;
 use atoll::data::Corpus;
 use atoll::fleet::{Process, Spec, Until};
-use atoll::node::status;
+use atoll::rundir::status;
 use atoll::train::TrainConfig;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

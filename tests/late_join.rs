@@ -15,7 +15,7 @@ fn a_late_joiner_takes_the_swarms_anchors_before_its_first_step() {
     // The swarm trains on past twenty rounds (4 s), the late start and five more merges.
     let steps = common::steps_for(Duration::from_secs(20));
     let mut peers = common::swarm(tmp.path(), "late-join", &[steps, steps]);
-    let min_round = |t: &atoll::node::status::TrainingStatus| t.round.iter().copied().min();
+    let min_round = |t: &atoll::rundir::status::TrainingStatus| t.round.iter().copied().min();
     for p in &mut peers {
         p.wait_until("20 rounds merged", Duration::from_secs(60), |t| {
             t.merges >= 20 && min_round(t).unwrap_or(0) >= 10

@@ -26,7 +26,7 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use atoll::node::status::StatusFile;
+use atoll::rundir::status::StatusFile;
 use atoll_net::{LinkKind, Reachability};
 
 use common::{assert_same_final_anchors, serial, swarm_manifest, wait_for, Peer, Spec, Until};

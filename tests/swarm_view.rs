@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use atoll::heartbeat::short_peer;
 use atoll::node::heartbeats::SKEW_ENV;
-use atoll::node::status;
+use atoll::rundir::status;
 use atoll::train::TrainConfig;
 use common::{atoll, swarm_view, wait_for, write_manifest, Peer, Spec, Until};
 

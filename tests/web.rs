@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use atoll::node::status::{StatusFile, TrainingStatus};
+use atoll::rundir::status::{StatusFile, TrainingStatus};
 use common::{Peer, Spec, Until};
 use prometheus_parse::{Scrape, Value};
 
@@ -24,7 +24,7 @@ fn swarm(root: &Path, name: &str, steps: u64, val_every: u64, serve: &[&str]) ->
     train.val_every = val_every;
     train.schedule.decay_steps = 100_000;
     let mut m = common::tiny_manifest(name, train);
-    m.epoch_unix_ms = atoll::node::status::unix_ms();
+    m.epoch_unix_ms = atoll::rundir::status::unix_ms();
     let manifest = common::write_manifest(root.join("manifest-in.json"), &m);
     let mut spec0 = Spec::train(root.join("peer-0"), &manifest, "0/2", Until::Steps(steps));
     for a in serve {

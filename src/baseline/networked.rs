@@ -28,11 +28,12 @@ use crate::fragment::FragmentPlan;
 use crate::manifest::Manifest;
 use crate::metrics::{append_jsonl, bits_per_byte, MetricsLog, MetricsRecord};
 use crate::model::params::{read_fragment, tensor_specs, write_fragment};
-use crate::node::ledger::{self, ContributionRecord, MergeRecord};
-use crate::node::status::{self, TrainingStatus};
-use crate::node::{anchors, initial_anchors, Network, NodeReport, Slowdown};
+use crate::node::{initial_anchors, Network, NodeReport, Slowdown};
 use crate::proto::merge::outer_step;
 use crate::proto::FragmentState;
+use crate::rundir::anchors;
+use crate::rundir::ledger::{self, ContributionRecord, MergeRecord};
+use crate::rundir::status::{self, TrainingStatus};
 use crate::train::Trainer;
 
 /// How often `status.json` is rewritten.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use atoll::fleet::{Process, Spec, Until};
 use atoll::manifest::Manifest;
-use atoll::node::status::{self, StatusFile};
+use atoll::rundir::status::{self, StatusFile};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget};
 use serde::Serialize;
 

@@ -8,9 +8,9 @@ use std::process::ExitCode;
 
 use atoll::doctor::{self, count, Finding, Severity};
 use atoll::heartbeat::short_peer;
-use atoll::node::status::StatusFile;
+use atoll::rundir::status::{unix_ms, StatusFile};
 
-use super::status::{read_status, read_swarm, unix_ms};
+use super::status::{read_status, read_swarm};
 
 /// Width of the human output's wrapped lines.
 const WIDTH: usize = 88;

@@ -2,13 +2,12 @@
 //! `--swarm`: every peer of its run, as their heartbeats describe them.
 
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 
 use atoll::heartbeat::table::SwarmView;
-use atoll::node::heartbeats;
-use atoll::node::status::{StatusFile, FILE_NAME as STATUS_FILE};
+use atoll::rundir::status::{unix_ms, StatusFile, FILE_NAME as STATUS_FILE};
+use atoll::rundir::swarm;
 
 /// A status older than this while "running" means the peer probably died.
 const STALE_MS: u64 = 5_000;
@@ -65,18 +64,13 @@ pub fn read_status(run_dir: &Path) -> anyhow::Result<StatusFile> {
 
 /// The peer's `swarm.json` (written by peers that publish heartbeats).
 pub fn read_swarm(run_dir: &Path) -> anyhow::Result<SwarmView> {
-    let path = run_dir.join(heartbeats::FILE_NAME);
-    heartbeats::read(&path).with_context(|| {
+    let path = run_dir.join(swarm::FILE_NAME);
+    swarm::read(&path).with_context(|| {
         format!(
             "cannot read {} (it is written by a running peer of this version, once a second)",
             path.display()
         )
     })
-}
-
-/// Milliseconds since the Unix epoch.
-pub fn unix_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 /// Whether others can dial this peer, and its relay side.

@@ -10,8 +10,8 @@ use atoll::data::Corpus;
 use atoll::fleet::{self, Process, Spec};
 use atoll::fragment::FragmentPlan;
 use atoll::manifest::{self, Manifest};
-use atoll::node::anchors;
-use atoll::node::status;
+use atoll::rundir::anchors;
+use atoll::rundir::status;
 use atoll::train::TrainConfig;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 

@@ -8,7 +8,7 @@ use super::{count, finding, fresh, secs, Check, Finding, Severity};
 use super::{FRESH_MS, ISLAND_AFTER_MS, NO_PEER_AFTER_MS};
 use crate::heartbeat::short_peer;
 use crate::heartbeat::table::SwarmView;
-use crate::node::status::StatusFile;
+use crate::rundir::status::StatusFile;
 
 pub(super) fn no_reachable_peer(s: &StatusFile, swarm: Option<&SwarmView>) -> Option<Finding> {
     let st = &s.stats;

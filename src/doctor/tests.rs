@@ -6,7 +6,7 @@ use atoll_net::{NetStats, Reachability, RelayStats};
 use super::*;
 use crate::heartbeat::table::{Connected, PeerEntry, SwarmView};
 use crate::heartbeat::Heartbeat;
-use crate::node::status::{StatusFile, TrainingStatus};
+use crate::rundir::status::{StatusFile, TrainingStatus};
 
 const NOW: u64 = 1_764_000_000_000;
 const ME: &str = "12D3KooWMeMeMeMeMeMeMeMeMeMeMeMeMeMeMeMeMeMeMeMe";

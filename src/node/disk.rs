@@ -14,9 +14,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use atoll_net::NetStats;
 
-use super::{anchors, heartbeats, ledger, status};
 use crate::heartbeat::table::SwarmView;
 use crate::proto::{FragmentState, MergeReport};
+use crate::rundir::{anchors, ledger, status, swarm};
 
 /// Most merge records waiting to be appended.
 pub const MAX_MERGES: usize = 4096;
@@ -129,7 +129,7 @@ impl Drop for Disk {
 fn write_pending(run_dir: PathBuf, endpoints: &status::Endpoints, shared: &Shared) {
     let mut ledger = ledger::Ledger::new(&run_dir);
     let status_path = run_dir.join(status::FILE_NAME);
-    let swarm_path = run_dir.join(heartbeats::FILE_NAME);
+    let swarm_path = run_dir.join(swarm::FILE_NAME);
     loop {
         let (batch, closed) = {
             let mut pending = shared.lock();
@@ -154,7 +154,7 @@ fn write_pending(run_dir: PathBuf, endpoints: &status::Endpoints, shared: &Share
             }
         }
         if let Some(view) = &batch.swarm {
-            if let Err(e) = heartbeats::write(&swarm_path, view) {
+            if let Err(e) = swarm::write(&swarm_path, view) {
                 tracing::warn!(path = %swarm_path.display(), error = %e, "cannot write swarm.json");
             }
         }

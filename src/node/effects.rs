@@ -8,9 +8,10 @@ use atoll_net::BlobHash;
 use bytes::Bytes;
 
 use super::worker::ToWorker;
-use super::{status, wire, Loop, MAX_REPORTED, MAX_TASKS, SETTLE};
+use super::{wire, Loop, MAX_REPORTED, MAX_TASKS, SETTLE};
 use crate::delta::ContentHash;
 use crate::proto::{Event, Message, Millis, Output, PeerId};
+use crate::rundir::status;
 
 impl<N: super::Network> Loop<N> {
     pub(super) async fn carry_out(&mut self, outs: Vec<Output>) {

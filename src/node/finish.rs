@@ -63,7 +63,7 @@ impl<N: Network> Loop<N> {
         } else {
             tracing::warn!(?rounds, "not caught up with the swarm in time; training starts anyway");
         }
-        let released = super::status::unix_ms().saturating_sub(self.started_unix_ms);
+        let released = crate::rundir::status::unix_ms().saturating_sub(self.started_unix_ms);
         self.status.release_ms = Some(released);
         let _ = self.to_worker.send(ToWorker::Start).await;
     }

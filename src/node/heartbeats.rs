@@ -3,18 +3,15 @@
 //! atoll-net's [`MIN_HEARTBEAT_GAP`]), keeps the table of the run's peers from theirs, and
 //! hands `swarm.json` to the disk thread. Training peers and `--no-train` peers alike.
 
-use std::path::Path;
 use std::time::Duration;
 
 use atoll_net::heartbeat::MIN_HEARTBEAT_GAP;
 use atoll_net::{NetStats, PeerId};
 
-use super::status::TrainingStatus;
 use crate::heartbeat::table::{SwarmTable, SwarmView};
 use crate::heartbeat::{self, Heartbeat, HeartbeatError};
+use crate::rundir::status::{unix_ms, TrainingStatus};
 
-/// Name of the swarm table inside a peer's run dir.
-pub const FILE_NAME: &str = "swarm.json";
 /// How often a peer publishes its heartbeat.
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
 /// After a run peer connects, our next heartbeat goes out this soon (its subscription has
@@ -142,7 +139,7 @@ impl Beacon {
 impl<N: super::Network> super::Loop<N> {
     /// Once per status tick: our heartbeat when due, the table's upkeep, `swarm.json`.
     pub(super) async fn beat(&mut self, stats: &NetStats) {
-        let now = super::status::unix_ms();
+        let now = unix_ms();
         if let Some(bytes) = self.beacon.due(stats, Some(&self.status), now) {
             let ok = self.net.publish_heartbeat(bytes).await.is_ok();
             self.beacon.sent(ok, now);
@@ -161,7 +158,7 @@ impl<N: super::Network> super::Loop<N> {
         if self.allow.as_ref().is_some_and(|a| !a.contains(&author)) {
             return;
         }
-        if let Some(reason) = self.beacon.heard(author, payload, super::status::unix_ms()) {
+        if let Some(reason) = self.beacon.heard(author, payload, unix_ms()) {
             self.net.penalize(author, reason).await;
         }
     }
@@ -190,22 +187,10 @@ pub fn own_heartbeat(stats: &NetStats, t: Option<&TrainingStatus>, clock: u64) -
     }
 }
 
-/// Writes `swarm.json` atomically (temporary file, rename).
-pub fn write(path: &Path, view: &SwarmView) -> std::io::Result<()> {
-    let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, serde_json::to_vec(view)?)?;
-    std::fs::rename(&tmp, path)
-}
-
-/// Reads `swarm.json`.
-pub fn read(path: &Path) -> std::io::Result<SwarmView> {
-    let bytes = std::fs::read(path)?;
-    serde_json::from_slice(&bytes).map_err(std::io::Error::other)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rundir::swarm;
 
     #[test]
     fn heartbeats_are_spaced_and_retried() {
@@ -244,9 +229,9 @@ mod tests {
         let stats = NetStats { run_peers: vec![other.to_string()], ..Default::default() };
         let view = b.tick(&me, &stats, Some(&training), 700).unwrap();
         assert!(b.tick(&me, &stats, None, 800).is_none(), "written at most once per second");
-        let path = dir.path().join(FILE_NAME);
-        write(&path, &view).unwrap();
-        let back = read(&path).unwrap();
+        let path = dir.path().join(swarm::FILE_NAME);
+        swarm::write(&path, &view).unwrap();
+        let back = swarm::read(&path).unwrap();
         assert_eq!(back, view);
         assert_eq!(back.peers[0].heartbeat.step, 7);
         assert_eq!(back.peers[0].clock_offset_ms, -100);

@@ -5,9 +5,10 @@ use atoll_net::NetEvent;
 use atoll_net::{BlobHash, RejectReason};
 
 use super::worker::FromWorker;
-use super::{proto_peer, status, wire, Loop, MAX_REPORTED, REANNOUNCE_LATE_MS, REANNOUNCE_SOON_MS};
+use super::{proto_peer, wire, Loop, MAX_REPORTED, REANNOUNCE_LATE_MS, REANNOUNCE_SOON_MS};
 use crate::manifest::{Manifest, RunId};
 use crate::proto::{Event, Offence};
+use crate::rundir::status;
 
 impl<N: super::Network> Loop<N> {
     pub(super) async fn on_worker(&mut self, msg: FromWorker) {

@@ -11,8 +11,8 @@ use atoll_net::NetEvent;
 use tokio::sync::mpsc;
 
 use super::heartbeats::Beacon;
-use super::status::unix_ms;
 use super::{disk, Network, NodeError};
+use crate::rundir::status::unix_ms;
 use crate::web::Board;
 
 /// How often the status file is rewritten.

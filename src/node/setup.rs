@@ -2,7 +2,6 @@
 //! the run's initial parameters) and the protocol's id of a libp2p peer.
 
 use super::error::NodeError;
-use super::status;
 use crate::backend::Backend;
 use crate::fragment::FragmentPlan;
 use crate::model::params::{read_fragment, tensor_specs, write_fragment};
@@ -10,7 +9,8 @@ use crate::proto::Millis;
 use crate::proto::{PeerId, Protocol, Settings};
 use crate::train::{TrainConfig, Trainer};
 
-use super::{anchors, NodeOptions};
+use super::NodeOptions;
+use crate::rundir::{anchors, status};
 
 /// The run's initial parameters, fragment by fragment: the model initialised from the run
 /// seed, identical on every peer.
@@ -58,7 +58,7 @@ fn from_the_future(
     settings: &Settings,
     manifest: &crate::manifest::Manifest,
 ) -> Option<(usize, u64, u64)> {
-    let now = super::status::unix_ms().saturating_sub(manifest.epoch_unix_ms);
+    let now = status::unix_ms().saturating_sub(manifest.epoch_unix_ms);
     let schedule = crate::proto::Schedule::new(settings);
     states.iter().enumerate().find_map(|(p, s)| {
         let current = schedule.current_round(p, now);

@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use super::consensus::{self, OwnAnchors, PeerAgreement};
 use crate::heartbeat::table::PeerEntry;
-use crate::node::status::{self, Endpoints, StatusFile, TrainingStatus};
+use crate::rundir::status::{self, Endpoints, StatusFile, TrainingStatus};
 
 /// Most points of one curve.
 pub const MAX_POINTS: usize = 2_000;

@@ -16,7 +16,7 @@ use prometheus_client::registry::Registry;
 use atoll_net::{LinkKind, NetStats, Reachability};
 
 use super::board::Board;
-use crate::node::status::TrainingStatus;
+use crate::rundir::status::TrainingStatus;
 
 /// The `Content-Type` of the answer.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

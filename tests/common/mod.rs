@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use atoll::data::Corpus;
 pub use atoll::fleet::{Process, Role, Spec, Until};
 use atoll::manifest::Manifest;
-use atoll::node::status::{self, StatusFile, TrainingStatus};
 use atoll::proto::RawSettings;
+use atoll::rundir::status::{self, StatusFile, TrainingStatus};
 use atoll::train::TrainConfig;
 
 /// One multi-process test at a time within a test binary: three or more peer processes
@@ -391,5 +391,5 @@ pub fn atoll(args: &[&str]) -> (i32, String) {
 
 /// The peer's `swarm.json`, once written.
 pub fn swarm_view(dir: &Path) -> Option<atoll::heartbeat::table::SwarmView> {
-    atoll::node::heartbeats::read(&dir.join(atoll::node::heartbeats::FILE_NAME)).ok()
+    atoll::rundir::swarm::read(&dir.join(atoll::rundir::swarm::FILE_NAME)).ok()
 }

@@ -8,7 +8,7 @@ use anyhow::{bail, Context};
 use atoll::chaos::{self, Fault, FaultKind, Incarnation};
 use atoll::fleet::{Process, Spec, Until};
 use atoll::manifest::Manifest;
-use atoll::node::{ledger, status};
+use atoll::rundir::{ledger, status};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget};
 
 use super::{swarm, Args, Outcome, PLAIN_EVERY, REFRESH};
