@@ -3,6 +3,8 @@
 //! - the protocol core (`fragment`, `delta`, `proto`, `sim`) is pure: no tokio, libp2p,
 //!   atoll-net, file system, sockets, threads or wall clock;
 //! - atoll-net knows nothing of training: no burn;
+//! - the run dir's formats (`rundir`) sit below the node and the status page, and the page
+//!   below the node: no `crate::node` or `crate::web` in `rundir`, no `crate::node` in `web`;
 //! - the library returns typed errors and never prints: no anyhow, no `print!`-family
 //!   macros outside the command line (`src/main.rs`, `src/cmd/`).
 //!
@@ -53,6 +55,20 @@ const LIBRARY: Rule = Rule {
     roots: &["src"],
     except: &["src/main.rs", "src/cmd.rs", "src/cmd"],
     forbidden: &["anyhow", "println!", "print!", "eprintln!", "eprint!", "dbg!"],
+};
+
+const RUNDIR: Rule = Rule {
+    name: "run dir formats",
+    roots: &["src/rundir.rs", "src/rundir"],
+    except: &[],
+    forbidden: &["crate::node", "crate::web"],
+};
+
+const PAGE: Rule = Rule {
+    name: "status page",
+    roots: &["src/web.rs", "src/web"],
+    except: &[],
+    forbidden: &["crate::node"],
 };
 
 fn root() -> PathBuf {
@@ -144,6 +160,12 @@ fn the_library_has_typed_errors_and_never_prints() {
 }
 
 #[test]
+fn the_run_dir_formats_and_the_page_stay_below_the_node() {
+    let v: Vec<String> = [&RUNDIR, &PAGE].into_iter().flat_map(check).collect();
+    assert!(v.is_empty(), "{}", v.join("\n"));
+}
+
+#[test]
 fn rules_catch_what_they_forbid() {
     let bad = [
         (&CORE, "use tokio::sync::mpsc;"),
@@ -152,6 +174,8 @@ fn rules_catch_what_they_forbid() {
         (&NET, "use burn::tensor::Tensor;"),
         (&LIBRARY, "pub fn run() -> anyhow::Result<()> {"),
         (&LIBRARY, "    println!(\"peer_id {id}\");"),
+        (&RUNDIR, "use crate::node::Network;"),
+        (&PAGE, "use crate::node::status::Endpoints;"),
     ];
     for (rule, line) in bad {
         assert_eq!(violations(rule, "x.rs", line).len(), 1, "{}: {line}", rule.name);
@@ -162,6 +186,7 @@ fn rules_catch_what_they_forbid() {
         (&NET, "let burnt = 0;"),
         (&LIBRARY, "tracing::info!(\"not a print\");"),
         (&LIBRARY, "w.sprint!(x);"),
+        (&PAGE, "use crate::rundir::status::Endpoints;"),
     ];
     for (rule, line) in fine {
         assert!(violations(rule, "x.rs", line).is_empty(), "{}: {line}", rule.name);
