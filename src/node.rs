@@ -416,5 +416,8 @@ impl<N: Network> Loop<N> {
         let p = self.proto.settings().raw().fragments;
         self.status.round = (0..p).map(|i| self.proto.state(i).round).collect();
         self.status.anchor_hashes = (0..p).map(|i| self.proto.state_hash(i).to_string()).collect();
+        let m = self.proto.metrics();
+        self.status.refusals = m.refusals().iter().map(|&(k, n)| (k.to_owned(), n)).collect();
+        self.status.nonfinite_dropped = m.nonfinite_dropped;
     }
 }

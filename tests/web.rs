@@ -322,6 +322,10 @@ fn the_status_page_shows_a_live_swarm_in_chromium() {
         "page loss {loss}, status {:?}",
         t.loss
     );
+    // Refusals are counters: what the page showed, status.json shows at least now.
+    let refused: u64 = num(&dom, "atoll", "data-refused");
+    let now: u64 = peers[0].training().unwrap().refusals.values().sum();
+    assert!(refused <= now, "the page shows {refused} refusals, status.json {now}");
     let val: f64 = num(&dom, "atoll", "data-val-bpb");
     assert!((val - t.val_bpb.unwrap()).abs() < 1e-9, "page val_bpb {val}, status {:?}", t.val_bpb);
     let val_plot: f64 = num(&dom, "val-plot", "data-val-bpb");

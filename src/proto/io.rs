@@ -199,3 +199,23 @@ pub struct Metrics {
     pub unbacked_states: u64,
     pub refused_full: u64,
 }
+
+impl Metrics {
+    /// What this peer did not take, by cause, for operators (`status.json`, `/metrics`,
+    /// the status page): none of these is provable misconduct, but a stalling or flooding
+    /// peer shows here first.
+    pub fn refusals(&self) -> [(&'static str, u64); 5] {
+        [
+            // Announced payloads that no holder served in time (a stall, or a lost peer).
+            ("fetch_failed", self.fetch_failures),
+            // Announcements dropped because the held-bytes budget or a queue was full.
+            ("budget_full", self.refused_full),
+            // Fetched states that recomputing from their parent refuted.
+            ("forged_state", self.forged_states),
+            // Fetched states that nobody could recompute and no majority backed.
+            ("unbacked_state", self.unbacked_states),
+            // Contributions that made a merge non-finite.
+            ("nonfinite", self.nonfinite_dropped),
+        ]
+    }
+}

@@ -229,6 +229,9 @@ fn training(enc: &mut DescriptorEncoder, t: &TrainingStatus) -> Fmt {
     )?;
     let offences = t.rejected.iter().map(|(k, n)| (k.clone(), *n));
     family(enc, "offences", "Protocol offences by kind", MetricType::Counter, "kind", offences)?;
+    let refusals = t.refusals.iter().map(|(k, n)| (k.clone(), *n));
+    let help = "Payloads not taken, by cause (stalls, a full budget, forged or unbacked states)";
+    family(enc, "refusals", help, MetricType::Counter, "cause", refusals)?;
     gauge(enc, "trained", "1 once the step target is reached", t.trained)?;
     gauge(enc, "parameters", "Parameters of the model", t.param_count)
 }
@@ -248,8 +251,9 @@ mod tests {
         stats.rejects.insert("malformed".into(), 2);
         stats.links.push(PeerLink { kind: LinkKind::Relayed, ..Default::default() });
         stats.reachability = Reachability::Private;
-        let t =
+        let mut t =
             TrainingStatus { step: 9, round: vec![4, 5], loss: Some(2.5), ..Default::default() };
+        t.refusals.insert("fetch_failed".into(), 3);
         board.set_status(true, stats, Some(t));
         let text = encode(&board).unwrap();
         for line in [
@@ -260,6 +264,7 @@ mod tests {
             "atoll_protocol_bytes_received_total{protocol=\"blob\"} 4",
             "atoll_rejects_total{reason=\"malformed\"} 2",
             "atoll_fragment_round{fragment=\"1\"} 5",
+            "atoll_refusals_total{cause=\"fetch_failed\"} 3",
             "atoll_reachability{state=\"private\"} 1",
             "atoll_reachability{state=\"public\"} 0",
             "atoll_links{kind=\"relayed\"} 1",
