@@ -20,8 +20,8 @@ use serde::Serialize;
 
 use super::swarm;
 
-mod fleet;
-use fleet::run_swarm;
+mod swarm_run;
+use swarm_run::run_swarm;
 
 /// Name of the report in the chaos run dir.
 pub const REPORT_FILE: &str = "chaos.json";
