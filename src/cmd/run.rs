@@ -4,147 +4,25 @@
 //! [`atoll::node`]); `--no-train` starts a bootstrap/relay peer that serves the DHT, gossip
 //! and blobs without training.
 
+mod args;
 mod join;
 mod web;
 
-use std::path::PathBuf;
+pub use args::{Args, Method};
+
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use atoll::backend::Backend;
 use atoll::data::Shard;
 use atoll::manifest::{self, Manifest};
 use atoll::node::{self, NodeOptions};
 use atoll::train::TrainConfig;
 use atoll_net::limiter::mbps_to_bytes_per_sec;
-use atoll_net::{identity, Multiaddr, NetConfig, NetEvent, Node, DEFAULT_RUN_NAME};
+use atoll_net::{identity, NetConfig, NetEvent, Node};
 
 /// Shards of the data when `--shard` is not given: a peer takes the one its peer id hashes
 /// to, so restarts keep their shard.
 const DEFAULT_SHARDS: u32 = 16;
-
-/// Arguments of `atoll run`.
-#[derive(Debug, clap::Args)]
-pub struct Args {
-    /// Directory of this peer: key file (`peer_key`) and `status.json`.
-    #[arg(long)]
-    pub run_dir: PathBuf,
-    /// Address to listen on (repeatable). Default: all interfaces, TCP and QUIC, OS-chosen
-    /// ports.
-    #[arg(long = "listen", value_name = "MULTIADDR")]
-    pub listen: Vec<Multiaddr>,
-    /// Peer to join through (repeatable), e.g. `/ip4/1.2.3.4/tcp/4001/p2p/12D3…`.
-    #[arg(long = "bootstrap", value_name = "MULTIADDR")]
-    pub bootstrap: Vec<Multiaddr>,
-    /// Join a running swarm in one line: fetch the run's manifest by its id (64 hex digits)
-    /// from the peer at MULTIADDR (ending in /p2p/<peer id>), check it, save it as
-    /// RUN_DIR/manifest.json and bootstrap from that peer. Every training peer prints its
-    /// own line at start ("others join with: …").
-    #[arg(long, value_name = "RUN_ID@MULTIADDR", conflicts_with = "config")]
-    pub join: Option<atoll::join::JoinTarget>,
-    /// Run a pure bootstrap/relay peer: DHT, gossip and blob serving, no training.
-    #[arg(long)]
-    pub no_train: bool,
-    /// Name of the swarm a `--no-train` peer serves (training peers take the manifest's).
-    #[arg(long, default_value = DEFAULT_RUN_NAME)]
-    pub run_name: String,
-    /// Run manifest (JSON). Default: RUN_DIR/manifest.json if there, else the default run
-    /// on the embedded corpus (or --data).
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// Train until this many inner steps in total, then merge until the swarm is quiet.
-    #[arg(long, conflicts_with = "duration")]
-    pub steps: Option<u64>,
-    /// Train for this many seconds, then merge until the swarm is quiet.
-    #[arg(long, value_name = "SECS")]
-    pub duration: Option<u64>,
-    /// Train on this UTF-8 text file or directory instead of the embedded corpus (must be
-    /// the corpus the manifest names).
-    #[arg(long)]
-    pub data: Option<PathBuf>,
-    /// This peer's data shard `I/N` (default: from the peer id, N = 16).
-    #[arg(long)]
-    pub shard: Option<Shard>,
-    /// CPU backend.
-    #[arg(long, default_value = "flex")]
-    pub backend: Backend,
-    /// Write a checkpoint every this many steps.
-    #[arg(long, default_value_t = 50)]
-    pub checkpoint_every: u64,
-    /// Upload cap on blob transfers in megabits per second.
-    #[arg(long, value_name = "MBPS")]
-    pub max_upload_mbps: Option<f64>,
-    /// Do not discover peers on the local network by multicast DNS.
-    #[arg(long)]
-    pub no_mdns: bool,
-    /// Serve as a circuit relay for peers behind NAT (with byte, time and reservation
-    /// limits). Default: on for `--no-train` peers, off for training peers.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
-    pub relay_server: Option<bool>,
-    /// Key file (default: RUN_DIR/peer_key); created if absent, so restarts keep the peer id.
-    #[arg(long, value_name = "PATH")]
-    pub key_file: Option<PathBuf>,
-    /// Private swarm: a libp2p pre-shared key file (`/key/swarm/psk/1.0.0/`, `/base16/`,
-    /// 64 hex digits). Only peers with the same key can connect; TCP only (QUIC cannot
-    /// carry the key).
-    #[arg(long, value_name = "FILE")]
-    pub swarm_key: Option<PathBuf>,
-    /// Testing only: refuse and disconnect the peers listed in RUN_DIR/blocked_peers (one
-    /// peer id per line, re-read every second), so a test can partition live peers.
-    #[arg(long, hide = true)]
-    pub fault_injection: bool,
-    /// What this peer runs: atoll (the default), or a synchronous baseline over the same
-    /// network, for comparison: `dp` (data-parallel) or `diloco` (synchronous DiLoCo).
-    #[arg(long, value_enum, default_value_t = Method::Atoll)]
-    pub method: Method,
-    /// With `--method dp|diloco`: peers in the group (all join before the first step).
-    #[arg(long, default_value_t = 4)]
-    pub group: usize,
-    /// With `--method dp|diloco`: a member that misses a barrier is dropped (elastic)
-    /// instead of stopping the run.
-    #[arg(long)]
-    pub elastic: bool,
-    /// With `--method dp|diloco`: longest wait at a barrier, and for the group to form.
-    #[arg(long, value_name = "SECS", default_value_t = 60)]
-    pub barrier_timeout: u64,
-    /// Serve a live status page (loss and val_bpb curves, peers, rounds, bytes) on this
-    /// address, e.g. `127.0.0.1:8080` (port 0: any free port, named in status.json).
-    #[arg(long = "http", value_name = "ADDR")]
-    pub http: Option<std::net::SocketAddr>,
-    /// Serve Prometheus metrics at `/metrics` on this address (port 0: any free port).
-    #[arg(long, value_name = "ADDR")]
-    pub metrics_addr: Option<std::net::SocketAddr>,
-    /// Emulate slower hardware: each inner step takes F times its compute time (the trainer
-    /// idles for the rest, leaving the cores to others). F from 1 (full speed) to 1000.
-    #[arg(long, value_name = "F", default_value = "1")]
-    pub slowdown: node::Slowdown,
-    /// Emulate a machine of its own: each inner step takes at least MS milliseconds (the
-    /// trainer idles for the rest), so the step rate does not change when other processes
-    /// on this machine start or die. Any method. At most 600000.
-    #[arg(long, value_name = "MS")]
-    pub min_step_ms: Option<u64>,
-}
-
-/// What an `atoll run` peer runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Method {
-    /// Decoupled DiLoCo, leaderless (this project).
-    Atoll,
-    /// Synchronous data-parallel: gradients averaged every inner step.
-    Dp,
-    /// Synchronous DiLoCo: outer deltas averaged every H steps at a barrier.
-    Diloco,
-}
-
-impl Method {
-    pub fn name(self) -> &'static str {
-        match self {
-            Method::Atoll => "atoll",
-            Method::Dp => "dp",
-            Method::Diloco => "diloco",
-        }
-    }
-}
 
 pub fn main(mut args: Args) -> anyhow::Result<()> {
     if let Some(mbps) = args.max_upload_mbps {
