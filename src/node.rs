@@ -17,6 +17,7 @@
 mod disk;
 mod effects;
 mod error;
+mod event_loop;
 mod fetches;
 mod finish;
 pub mod heartbeats;
@@ -52,13 +53,11 @@ use crate::backend::Backend;
 use crate::data::{Corpus, Shard};
 
 use crate::manifest::{Manifest, RunId};
-use crate::proto::{Event, Millis, Offence, PeerId, Protocol, Timer};
+use crate::proto::{Millis, Offence, PeerId, Protocol, Timer};
 use crate::rundir::ledger;
 use crate::rundir::status::{self, TrainingStatus};
-use worker::{FromWorker, ToWorker, WorkerSetup};
+use worker::{ToWorker, WorkerSetup};
 
-/// How often `status.json` is rewritten.
-const STATUS_PERIOD: Duration = Duration::from_millis(500);
 /// A trained peer considers the swarm quiet when no fragment changed for a whole period
 /// plus the grace cap plus this margin (every fragment then had a round with nothing to
 /// merge), and never less than [`QUIET_MIN_MS`] (peers that start later get their turn).
@@ -71,8 +70,6 @@ const REANNOUNCE_SOON_MS: u64 = 150;
 const REANNOUNCE_LATE_MS: u64 = 1_000;
 /// Most offenders whose offences were logged (one line per offender and offence).
 const MAX_REPORTED: usize = 4096;
-/// Most protocol ids mapped back to libp2p peer ids (fetch sources, penalties).
-const MAX_PEER_IDS: usize = 16_384;
 
 /// Most background tasks (publishes, manifest diagnoses) at once.
 const MAX_TASKS: usize = 256;
@@ -298,126 +295,4 @@ struct Loop<N> {
     beacon: heartbeats::Beacon,
     /// What the status page and metrics show (`None`: not served).
     board: Option<crate::web::Board>,
-}
-
-impl<N: Network> Loop<N> {
-    fn now(&self) -> Millis {
-        status::unix_ms().saturating_sub(self.epoch)
-    }
-
-    async fn drive(
-        &mut self,
-        events: &mut mpsc::Receiver<NetEvent>,
-        mut from_worker: mpsc::Receiver<FromWorker>,
-        duration: Option<Duration>,
-        stop: impl std::future::Future<Output = ()>,
-    ) -> Result<NodeReport, NodeError> {
-        tokio::pin!(stop);
-        let deadline = duration.map(|d| tokio::time::Instant::now() + d);
-        let mut stopping = false;
-        let started = self.proto.start(self.now());
-        self.carry_out(started).await;
-        self.refresh_status();
-        let mut tick = tokio::time::interval(STATUS_PERIOD);
-        loop {
-            // A joiner starts training the moment it holds the swarm's anchors, not at the
-            // next status tick.
-            if self.holding.is_some() {
-                self.release_if_caught_up().await;
-            }
-            let next_timer = self.timers.peek().map(|Reverse((at, _))| *at);
-            let sleep_ms = next_timer.map(|at| at.saturating_sub(self.now())).unwrap_or(60_000);
-            let reannounce_ms = self.reannounce_at.map(|at| at.saturating_sub(self.now()));
-            tokio::select! {
-                biased;
-                _ = &mut stop, if !self.finishing => self.finish().await,
-                _ = async { tokio::time::sleep_until(deadline.unwrap_or_else(tokio::time::Instant::now)).await }, if deadline.is_some() && !self.finishing && !stopping => {
-                    tracing::info!("--duration reached; training stops");
-                    stopping = true;
-                    let _ = self.to_worker.send(ToWorker::StopTraining).await;
-                }
-                msg = from_worker.recv() => match msg {
-                    Some(FromWorker::Finished { step, tokens, val_loss, val_bpb }) => {
-                        self.status.final_val_loss = Some(val_loss);
-                        self.status.final_val_bpb = Some(val_bpb);
-                        self.status.step = step;
-                        self.status.tokens = tokens;
-                        self.save_anchors();
-                        return Ok(NodeReport {
-                            step, tokens, final_val_loss: val_loss, final_val_bpb: val_bpb,
-                            anchor_hashes: self.status.anchor_hashes.clone(),
-                        });
-                    }
-                    Some(FromWorker::Failed(e)) => return Err(NodeError::Training(e)),
-                    Some(other) => self.on_worker(other).await,
-                    None => return Err(NodeError::WorkerGone),
-                },
-                _ = tokio::time::sleep(Duration::from_millis(sleep_ms)), if next_timer.is_some() => {
-                    let now = self.now();
-                    while let Some(Reverse((at, t))) = self.timers.peek().copied() {
-                        if at > now { break; }
-                        self.timers.pop();
-                        let outs = self.proto.handle(Event::Timer(t), now);
-                        self.carry_out(outs).await;
-                    }
-                }
-                _ = tokio::time::sleep(Duration::from_millis(reannounce_ms.unwrap_or(0))), if reannounce_ms.is_some() => {
-                    self.reannounce_at = self.reannounce_late.take();
-                    self.announce_states().await;
-                }
-                Some(ev) = events.recv() => self.on_net(ev).await,
-                Some(ev) = self.fetches.next(), if !self.fetches.is_empty() => {
-                    let began = std::time::Instant::now();
-                    let outs = self.proto.handle(ev, self.now());
-                    self.carry_out(outs).await;
-                    tracing::trace!(ms = began.elapsed().as_millis(), "fetched payload handled");
-                }
-                _ = tick.tick() => {
-                    self.release_if_caught_up().await;
-                    self.refresh_status();
-                    self.reap();
-                    if let Ok(stats) = self.net.stats().await {
-                        self.beat(&stats).await;
-                        if let Some(b) = &self.board {
-                            b.set_status(true, stats.clone(), Some(self.status.clone()));
-                        }
-                        self.disk.write_status(true, stats, self.status.clone());
-                    }
-                    if self.status.trained && !self.finishing
-                        && self.now().saturating_sub(self.last_change)
-                            > self.quiet_ms()
-                    {
-                        tracing::info!("trained and the swarm is quiet; finishing");
-                        self.finish().await;
-                    }
-                }
-            }
-        }
-    }
-
-    /// Announces the state of every fragment that has merged at least once.
-    /// Says again where this peer is (states) and what it contributed recently, so that a
-    /// newcomer can catch up and credit the voters at once instead of a period later.
-    async fn announce_states(&mut self) {
-        let outs = self.proto.reannounce(self.now());
-        self.carry_out(outs).await;
-    }
-
-    /// Maps a protocol id back to its libp2p id; bounded (ids of departed peers go first
-    /// when it is full: the map is rebuilt from the peers heard since).
-    fn remember_peer(&mut self, id: PeerId, peer: atoll_net::PeerId) {
-        if self.peers.len() >= MAX_PEER_IDS && !self.peers.contains_key(&id) {
-            self.peers.clear();
-        }
-        self.peers.insert(id, peer);
-    }
-
-    fn refresh_status(&mut self) {
-        let p = self.proto.settings().raw().fragments;
-        self.status.round = (0..p).map(|i| self.proto.state(i).round).collect();
-        self.status.anchor_hashes = (0..p).map(|i| self.proto.state_hash(i).to_string()).collect();
-        let m = self.proto.metrics();
-        self.status.refusals = m.refusals().iter().map(|&(k, n)| (k.to_owned(), n)).collect();
-        self.status.nonfinite_dropped = m.nonfinite_dropped;
-    }
 }

@@ -7,8 +7,11 @@ use atoll_net::{BlobHash, RejectReason};
 use super::worker::FromWorker;
 use super::{proto_peer, wire, Loop, MAX_REPORTED, REANNOUNCE_LATE_MS, REANNOUNCE_SOON_MS};
 use crate::manifest::{Manifest, RunId};
-use crate::proto::{Event, Offence};
+use crate::proto::{Event, Offence, PeerId};
 use crate::rundir::status;
+
+/// Most protocol ids mapped back to libp2p peer ids (fetch sources, penalties).
+const MAX_PEER_IDS: usize = 16_384;
 
 impl<N: super::Network> Loop<N> {
     pub(super) async fn on_worker(&mut self, msg: FromWorker) {
@@ -128,5 +131,14 @@ impl<N: super::Network> Loop<N> {
                 "refusing messages of a peer with another run manifest (theirs ≠ ours): {diff}"
             );
         });
+    }
+
+    /// Maps a protocol id back to its libp2p id; bounded (ids of departed peers go first
+    /// when it is full: the map is rebuilt from the peers heard since).
+    fn remember_peer(&mut self, id: PeerId, peer: atoll_net::PeerId) {
+        if self.peers.len() >= MAX_PEER_IDS && !self.peers.contains_key(&id) {
+            self.peers.clear();
+        }
+        self.peers.insert(id, peer);
     }
 }
