@@ -58,6 +58,8 @@ use crate::rundir::ledger;
 use crate::rundir::status::{self, TrainingStatus};
 use worker::{ToWorker, WorkerSetup};
 
+/// How often `status.json` is rewritten (training and `--no-train` peers alike).
+const STATUS_PERIOD: Duration = Duration::from_millis(500);
 /// A trained peer considers the swarm quiet when no fragment changed for a whole period
 /// plus the grace cap plus this margin (every fragment then had a round with nothing to
 /// merge), and never less than [`QUIET_MIN_MS`] (peers that start later get their turn).

@@ -10,12 +10,9 @@ use atoll_net::NetEvent;
 use tokio::sync::mpsc;
 
 use super::worker::{FromWorker, ToWorker};
-use super::{Loop, Network, NodeError, NodeReport};
+use super::{Loop, Network, NodeError, NodeReport, STATUS_PERIOD};
 use crate::proto::{Event, Millis};
 use crate::rundir::status;
-
-/// How often `status.json` is rewritten.
-const STATUS_PERIOD: Duration = Duration::from_millis(500);
 
 impl<N: Network> Loop<N> {
     pub(super) fn now(&self) -> Millis {

@@ -5,18 +5,14 @@
 
 use std::future::Future;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use atoll_net::NetEvent;
 use tokio::sync::mpsc;
 
 use super::heartbeats::Beacon;
-use super::{disk, Network, NodeError};
+use super::{disk, Network, NodeError, STATUS_PERIOD};
 use crate::rundir::status::unix_ms;
 use crate::web::Board;
-
-/// How often the status file is rewritten.
-const STATUS_PERIOD: Duration = Duration::from_millis(500);
 
 /// Serves until `stop` resolves; every network event is shown to `on_event` (the command
 /// line logs them). `board` (the status page and metrics, when served) gets each status.
