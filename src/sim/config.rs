@@ -1,0 +1,81 @@
+//! What a simulated run is made of ([`SimConfig`]) and its default: a small model on a
+//! calm network.
+
+use super::byzantine::Attack;
+use super::net::NetConfig;
+use crate::fragment::TensorSpec;
+use crate::proto::RawSettings;
+
+/// Everything a simulated run is made of.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    pub peers: usize,
+    pub seed: u64,
+    pub settings: RawSettings,
+    /// The model's tensors (cut into fragments by
+    /// [`FragmentPlan`](crate::fragment::FragmentPlan)).
+    pub tensors: Vec<TensorSpec>,
+    pub net: NetConfig,
+    /// Step time of each peer is `step_ms × u`, `u` uniform in this range.
+    pub speed_range: (f64, f64),
+    /// This fraction of peers (the last ones) is additionally slowed by `slow_factor`.
+    pub slow_fraction: f64,
+    pub slow_factor: f64,
+    /// Each peer's clock runs ahead of the simulation by up to this many ms.
+    pub clock_skew_ms: u64,
+    pub inner_lr: f32,
+    pub noise: f32,
+    /// Per-peer shift of the optimum (non-IID data).
+    pub heterogeneity: f32,
+    pub batch_tokens: u64,
+    /// Record every lineage's merged set (memory grows with peers × rounds × set size).
+    pub track_lineage: bool,
+    /// Hostile peers and their attacks ([`byzantine`](super::byzantine)); empty: an honest
+    /// swarm.
+    pub hostile: Vec<(usize, Attack)>,
+}
+
+impl SimConfig {
+    /// A small model (an embedding and three other tensors) and a calm network.
+    pub fn new(peers: usize, seed: u64) -> Self {
+        let t = |name: &str, shape: &[usize], emb: bool| TensorSpec {
+            name: name.into(),
+            shape: shape.to_vec(),
+            is_embedding: emb,
+        };
+        Self {
+            peers,
+            seed,
+            settings: RawSettings {
+                h: 20,
+                fragments: 2,
+                step_ms: 100,
+                grace_cap_ms: 300,
+                // With the one-cycle-stale outer gradient of lag 1, μ = 0.9 oscillates on
+                // this quadratic; μ = 0.5 with inner lr 0.01 converges under both lags
+                // (bench/RESULTS.md).
+                momentum: 0.5,
+                // A lost fetch is retried well within the period.
+                fetch_timeout_ms: 250,
+                ..RawSettings::default()
+            },
+            tensors: vec![
+                t("emb", &[8, 4], true),
+                t("w1", &[16, 4], false),
+                t("w2", &[24], false),
+                t("b", &[8], false),
+            ],
+            net: NetConfig::default(),
+            speed_range: (0.8, 1.25),
+            slow_fraction: 0.0,
+            slow_factor: 1.0,
+            clock_skew_ms: 10,
+            inner_lr: 0.01,
+            noise: 0.3,
+            heterogeneity: 0.2,
+            batch_tokens: 1024,
+            track_lineage: true,
+            hostile: Vec::new(),
+        }
+    }
+}
