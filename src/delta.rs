@@ -290,6 +290,13 @@ pub fn max_encoded_len(numel: usize, opts: &EncodeOptions) -> Option<usize> {
     expected_raw_len(opts.codec, numel, opts.block)?.checked_add(HEADER_LEN)
 }
 
+/// Largest payload `decode` accepts for a fragment of `numel` values, whatever the codec:
+/// the header and an f32 body (the largest; a compressed body must be smaller than its raw
+/// one). An announcement of more bytes for that fragment can only be a lie.
+pub fn largest_payload(numel: usize) -> u64 {
+    (HEADER_LEN as u64).saturating_add((numel as u64).saturating_mul(4))
+}
+
 /// Raw body length the header must declare for `codec`, `numel` and `block`.
 fn expected_raw_len(codec: Codec, numel: usize, block: usize) -> Option<usize> {
     match codec {
@@ -348,6 +355,11 @@ pub fn decode(bytes: &[u8], spec: &FragmentSpec, limits: &Limits) -> Result<Deco
     let stored = &bytes[HEADER_LEN..];
     if stored.len() != h.stored_len as usize {
         return Err(DecodeError::BodyLength { got: stored.len(), want: h.stored_len as usize });
+    }
+    if h.flags & FLAG_ZSTD != 0 && stored.len() >= want_raw {
+        // The encoder keeps zstd only when it shrinks the body; anything else (padding,
+        // skippable frames) would let a payload exceed `largest_payload`.
+        return Err(DecodeError::Corrupt("compressed body not smaller than the raw one"));
     }
     let decompressed;
     let raw: &[u8] = if h.flags & FLAG_ZSTD != 0 {

@@ -162,6 +162,30 @@ fn f32_payload_with_nan_is_refused() {
 }
 
 #[test]
+fn a_compressed_body_as_large_as_the_raw_one_is_refused() {
+    // A valid zstd frame padded with a skippable frame still decompresses to the declared
+    // raw body, but would let a payload grow past `largest_payload`.
+    let x = vec![0.0f32; 64];
+    let f32_opts = EncodeOptions { codec: Codec::F32, block: 64, zstd_level: 0 };
+    let enc = encode(meta(0), &x, None, &f32_opts).unwrap();
+    assert_eq!(enc.bytes.len() as u64, largest_payload(64));
+    let mut body = zstd::bulk::compress(&[0u8; 256], 3).unwrap();
+    body.extend_from_slice(&0x184D_2A50u32.to_le_bytes());
+    body.extend_from_slice(&300u32.to_le_bytes());
+    body.extend_from_slice(&[7u8; 300]);
+    assert_eq!(zstd::bulk::decompress(&body, 256).unwrap(), vec![0u8; 256]);
+    let mut bytes = enc.bytes[..HEADER_LEN].to_vec();
+    bytes[48..52].copy_from_slice(&(body.len() as u32).to_le_bytes());
+    bytes[7] = 1;
+    bytes.extend_from_slice(&body);
+    assert!(bytes.len() as u64 > largest_payload(64));
+    assert!(matches!(
+        decode(&bytes, &spec(0, 64), &Limits::default()),
+        Err(DecodeError::Corrupt(why)) if why.contains("not smaller")
+    ));
+}
+
+#[test]
 fn zstd_bomb_is_bounded_by_the_spec() {
     // A body that decompresses to more than the declared raw length is refused.
     let x = vec![0.0f32; 64];

@@ -40,13 +40,23 @@ impl Protocol {
     }
 
     /// Checks an announcement's claims against the manifest; `Err` names the offence.
-    fn check_claims(&self, from: PeerId, c: &ContributionAnnounce) -> Result<(), Misdeed> {
+    fn check_claims(
+        &self,
+        from: PeerId,
+        p: usize,
+        c: &ContributionAnnounce,
+    ) -> Result<(), Misdeed> {
         if c.origin != from {
             let detail = format!("announced a delta as {:?}", c.origin);
             return Err((Offence::ForgedAuthor, detail));
         }
-        if c.size > self.limits.max_payload_bytes as u64 {
-            return Err((Offence::Oversized, format!("announced {} bytes", c.size)));
+        // No delta of this fragment can be larger (a stall that reserves the byte budget
+        // with a huge announced size is a lie the size alone proves).
+        let most = crate::delta::largest_payload(self.lanes[p].spec.numel())
+            .min(self.limits.max_payload_bytes as u64);
+        if c.size > most {
+            let detail = format!("announced {} bytes, at most {most} for fragment {p}", c.size);
+            return Err((Offence::Oversized, detail));
         }
         let most = c.steps.saturating_mul(self.settings.tokens_per_step());
         if c.steps == 0 || c.tokens > most {
@@ -64,7 +74,7 @@ impl Protocol {
         now: Millis,
         out: &mut Vec<Output>,
     ) {
-        if let Err((offence, detail)) = self.check_claims(from, &c) {
+        if let Err((offence, detail)) = self.check_claims(from, p, &c) {
             self.metrics.rejected += 1;
             return misbehaved(out, from, offence, detail);
         }

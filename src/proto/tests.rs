@@ -148,7 +148,7 @@ fn hostile_inputs_are_refused_without_panicking() {
         fragment: 0,
         round: 0,
         hash: ContentHash::of(b"real"),
-        size: 100,
+        size: 64,
         tokens: 1,
         steps: 1,
         origin: PeerId(7),

@@ -4,6 +4,7 @@
 
 use super::{delta_by, offences, peer, plan};
 use crate::delta::{self, Codec, ContentHash, DeltaMeta, EncodeOptions};
+use crate::fragment::{FragmentPlan, TensorSpec};
 use crate::proto::*;
 use bytes::Bytes;
 
@@ -148,6 +149,11 @@ fn scaled_poison_is_clipped_by_the_rounds_own_median() {
 /// Attack 4: held deltas stay encoded, and one byte budget bounds them all.
 #[test]
 fn held_payloads_are_bounded_by_one_byte_budget() {
+    // Fragments of 16k values: a delta of one is at most 64 KiB (and a header).
+    let t =
+        |n: &str, emb: bool| TensorSpec { name: n.into(), shape: vec![1 << 14], is_embedding: emb };
+    let plan = FragmentPlan::new(&[t("emb", true), t("a", false)], 2).unwrap();
+    let size = delta::largest_payload(1 << 14);
     let s = Settings::new(RawSettings {
         h: 10,
         fragments: 2,
@@ -157,16 +163,15 @@ fn held_payloads_are_bounded_by_one_byte_budget() {
         ..RawSettings::default()
     })
     .unwrap();
-    let plan = plan();
     let init = plan.fragments.iter().map(|f| vec![0.5; f.numel()]).collect();
     let mut p = Protocol::new(PeerId(1), s, &plan, init, 1).unwrap();
     p.start(0);
-    // A thousand strangers each announce a 64 KiB delta.
+    // A thousand strangers each announce a delta of the largest legal size.
     let mut fetched = 0;
     for author in 100..1100u64 {
         let (mut c, _) = delta_by(author, 1, 0.1);
         c.hash = ContentHash::of(&author.to_le_bytes());
-        c.size = 64 << 10;
+        c.size = size;
         let out =
             p.handle(Event::Message { from: PeerId(author), msg: Message::Contribution(c) }, 900);
         fetched += fetches(&out);
@@ -174,6 +179,29 @@ fn held_payloads_are_bounded_by_one_byte_budget() {
     // In flight counts against the budget as announced: at most 16 fit.
     assert!(fetched <= 16, "{fetched} fetches for a 1 MiB budget");
     assert!(p.metrics().refused_full >= 984);
+}
+
+/// A stall that reserves the byte budget with a huge announced size (every peer would hold
+/// it for the fetch's deadline) is a lie the size proves: no delta of the fragment can be
+/// that large. Refused as oversized, nothing fetched; the largest legal size is fetched.
+#[test]
+fn a_delta_announced_larger_than_its_fragment_allows_is_refused() {
+    let mut p = peer(1, 0);
+    p.start(0);
+    let most = delta::largest_payload(numel());
+    let (mut c, _) = delta_by(7, 1, 0.1);
+    c.size = most + 1;
+    let msg = Message::Contribution(c.clone());
+    let out = p.handle(Event::Message { from: PeerId(7), msg }, 1_000);
+    assert_eq!(fetches(&out), 0);
+    assert_eq!(offences(&out), vec![Offence::Oversized]);
+    c.size = most;
+    let out = p.handle(Event::Message { from: PeerId(8), msg: Message::Contribution(c) }, 1_000);
+    assert!(offences(&out).contains(&Offence::ForgedAuthor), "origin 7 sent by 8");
+    let (c, _) = delta_by(9, 1, 0.1);
+    let c = ContributionAnnounce { size: most, ..c };
+    let out = p.handle(Event::Message { from: PeerId(9), msg: Message::Contribution(c) }, 1_000);
+    assert_eq!(fetches(&out), 1, "the largest legal size is fetched");
 }
 
 /// Attacks 5 and 7: one identity gets one contribution per fragment round — one fetch slot,
