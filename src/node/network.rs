@@ -4,7 +4,7 @@
 //! The surface is small on purpose: store a payload for others, gossip an announcement,
 //! fetch a payload by hash from its holders (one transfer, the implementation owning
 //! sources and retries), and report a misbehaving peer. Events come back on a channel of
-//! [`NetEvent`]s handed to the node next to the network.
+//! [`NetEvent`](atoll_net::NetEvent)s handed to the node next to the network.
 
 use std::future::Future;
 

@@ -133,7 +133,7 @@ pub fn write(
     write_with(path, running, stats, training, Endpoints::default())
 }
 
-/// [`write`], naming where the status page and metrics are served.
+/// [`write`](fn@write), naming where the status page and metrics are served.
 pub fn write_with(
     path: &Path,
     running: bool,
