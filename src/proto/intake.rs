@@ -11,6 +11,10 @@ use super::{ContributionAnnounce, Message, PeerId};
 use crate::delta::{self, ContentHash, Decoded};
 use bytes::Bytes;
 
+/// Most announcers of one payload whose claims are checked against its header (the rest
+/// are only recorded: see `on_announce`).
+const MAX_CLAIMS: usize = 8;
+
 impl Protocol {
     pub(super) fn on_message(
         &mut self,
@@ -96,10 +100,15 @@ impl Protocol {
             // Someone else announced the same bytes as theirs: only one of the two can be
             // the author the header names; the fetch result tells which.
             if let Kind::Delta { claims } = &mut f.kind {
-                if claims.len() < 8 && !claims.contains(&claim) {
+                if claims.len() < MAX_CLAIMS && !claims.contains(&claim) {
                     claims.push(claim);
-                    self.lanes[p].claims.insert((from, c.round), c.hash);
                 }
+            }
+            // Recorded even when the list is full: copiers that announced first must not
+            // keep the real author's claim out (`accept_delta` looks here too).
+            let lane = &mut self.lanes[p];
+            if lane.claims.len() < self.settings.raw().max_held {
+                lane.claims.insert((from, c.round), c.hash);
             }
             return;
         }
@@ -153,7 +162,13 @@ impl Protocol {
             let detail = format!("announced {c:?}, the payload says {header:?}");
             misbehaved(out, c.author, Offence::ClaimMismatch, detail);
         }
-        if !claims.contains(&header) {
+        // The author's signed announcement of this hash for this round: in the fetch's
+        // list, or recorded after the list was full (its claims are then the header's,
+        // held to the manifest's bound like any announcement's).
+        let signed = self.lanes[p].claims.get(&(header.author, header.round)) == Some(&hash);
+        let most = header.steps.saturating_mul(self.settings.tokens_per_step());
+        let by_author = claims.contains(&header) || (signed && header.tokens <= most);
+        if !by_author {
             // Not announced by its author (yet): wait for that announcement.
             return;
         }

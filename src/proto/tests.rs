@@ -320,5 +320,30 @@ fn a_delta_given_up_is_not_fetched_again_when_re_announced() {
     assert_eq!(p.metrics().fetch_failures, 1);
 }
 
+/// Copiers that announce an honest author's delta before it (as their own, each signing)
+/// fill the fetch's claim list; the author's announcement, coming while the fetch runs,
+/// still counts: the delta is held, and every copier is caught by the header.
+#[test]
+fn an_author_gets_its_delta_in_however_many_copiers_announced_first() {
+    let mut p = peer(1, 0);
+    p.start(0);
+    p.handle(Event::Timer(Timer::Open { fragment: 0, round: 1 }), 1_000);
+    let (c, bytes) = delta_by(7, 1, 0.05);
+    let fetches = |out: &[Output]| out.iter().filter(|o| matches!(o, Output::Fetch { .. })).count();
+    let mut asked = 0;
+    for copier in 100..112u64 {
+        let copy = ContributionAnnounce { origin: PeerId(copier), ..c.clone() };
+        let msg = Message::Contribution(copy);
+        asked += fetches(&p.handle(Event::Message { from: PeerId(copier), msg }, 1_005));
+    }
+    assert_eq!(asked, 1, "one fetch per payload");
+    let msg = Message::Contribution(c.clone());
+    assert_eq!(fetches(&p.handle(Event::Message { from: PeerId(7), msg }, 1_006)), 0);
+    let out = p.handle(Event::Fetched { from: PeerId(100), hash: c.hash, bytes }, 1_010);
+    assert_eq!(p.pending(), 1, "the author's delta was dropped");
+    let caught = offences(&out).iter().filter(|o| **o == Offence::ClaimMismatch).count();
+    assert_eq!(caught, 8, "every copier whose claim was checked is caught");
+}
+
 mod attacks;
 mod states;
