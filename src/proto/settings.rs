@@ -6,6 +6,13 @@
 use crate::delta::EncodeOptions;
 use serde::{Deserialize, Serialize};
 
+/// Most contributions a lane may hold (`max_held`).
+pub const MAX_HELD: usize = 65_536;
+/// Largest byte budget for held and in-flight deltas (`max_held_bytes`): 8 GiB.
+pub const MAX_HELD_BYTES: u64 = 8 << 30;
+/// Largest payload (`max_payload_bytes`): 1 GiB, an f32 fragment of 256M parameters.
+pub const MAX_PAYLOAD_BYTES: usize = 1 << 30;
+
 /// How one fragment's deltas are combined (DESIGN.md §2.3.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -206,15 +213,21 @@ impl Settings {
                 max_wait.max(r.grace_cap_ms)
             ),
         )?;
-        check(r.fetch_timeout_ms >= 1, "fetch_timeout_ms", r.fetch_timeout_ms, "≥ 1")?;
-        check(r.fetch_attempts >= 1, "fetch_attempts", r.fetch_attempts, "≥ 1")?;
+        // Upper bounds too: a joiner takes these from the run's creator, who must not be
+        // able to set every peer's memory and stall limits out of reach.
+        let (timeout, attempts) = (r.fetch_timeout_ms, r.fetch_attempts);
+        check((1..=600_000).contains(&timeout), "fetch_timeout_ms", timeout, "1..=600000")?;
+        check((1..=16).contains(&attempts), "fetch_attempts", attempts, "1..=16")?;
         check(r.max_held >= r.quorum, "max_held", r.max_held, "must hold at least a quorum")?;
-        check(r.max_held_bytes >= 1 << 20, "max_held_bytes", r.max_held_bytes, "≥ 1 MiB")?;
+        check(r.max_held <= MAX_HELD, "max_held", r.max_held, format!("≤ {MAX_HELD}"))?;
+        let held_bytes = (1 << 20..=MAX_HELD_BYTES).contains(&r.max_held_bytes);
+        check(held_bytes, "max_held_bytes", r.max_held_bytes, "1 MiB..=8 GiB")?;
         check(r.clip_factor >= 1.0, "clip_factor", r.clip_factor, "≥ 1 (may be inf)")?;
         check(r.max_author_share >= 1.0, "max_author_share", r.max_author_share, "≥ 1")?;
         check((0.0..0.5).contains(&r.trim), "trim", r.trim, "[0, 0.5)")?;
         check((1..=1024).contains(&r.step_slack), "step_slack", r.step_slack, "1..=1024")?;
-        check(r.max_payload_bytes >= 64, "max_payload_bytes", r.max_payload_bytes, "≥ 64")?;
+        let payload = (64..=MAX_PAYLOAD_BYTES).contains(&r.max_payload_bytes);
+        check(payload, "max_payload_bytes", r.max_payload_bytes, "64..=1 GiB")?;
         check(
             crate::delta::BLOCK_RANGE.contains(&r.encode.block),
             "encode.block",
@@ -315,6 +328,18 @@ mod tests {
         );
         assert!(std::error::Error::source(&e).is_none(), "{e}");
         assert_eq!(e.to_string().matches("quorum").count(), 1, "{e}");
+        // A stranger's manifest cannot set a peer's limits out of reach.
+        let d = RawSettings::default;
+        for (bad, field) in [
+            (RawSettings { max_held_bytes: MAX_HELD_BYTES + 1, ..d() }, "max_held_bytes"),
+            (RawSettings { max_payload_bytes: MAX_PAYLOAD_BYTES + 1, ..d() }, "max_payload_bytes"),
+            (RawSettings { max_held: MAX_HELD + 1, ..d() }, "max_held"),
+            (RawSettings { fetch_attempts: 17, ..d() }, "fetch_attempts"),
+            (RawSettings { fetch_timeout_ms: 600_001, ..d() }, "fetch_timeout_ms"),
+        ] {
+            let e = Settings::new(bad).unwrap_err().to_string();
+            assert!(e.contains(field), "{field}: {e}");
+        }
         let bad = RawSettings { momentum: 1.0, ..RawSettings::default() };
         assert!(Settings::new(bad).is_err());
         assert!(serde_json::from_str::<Settings>(r#"{"h": 0}"#).is_err());
