@@ -142,6 +142,15 @@ fn in_turn(scenario: impl std::future::Future<Output = ()>) {
     rt.expect("a tokio runtime").block_on(scenario);
 }
 
+/// Waits for every peer to end by itself; their reports, in order.
+async fn finish_all(peers: &mut [Peer], within: Duration) -> Vec<NodeReport> {
+    let mut reports = Vec::new();
+    for p in peers {
+        reports.push(p.report(within).await);
+    }
+    reports
+}
+
 fn min_round(t: &TrainingStatus) -> u64 {
     t.round.iter().copied().min().unwrap_or(0)
 }
@@ -186,10 +195,7 @@ fn a_restarted_peer_resumes_from_disk_and_the_swarm_agrees() {
             .await;
         assert!(t.tokens_at_start > 0, "the restarted peer did not resume from its checkpoint");
         peers[0].wait_until("merges again", Duration::from_secs(30), |t| t.merges >= 3).await;
-        let mut reports = Vec::new();
-        for p in &mut peers {
-            reports.push(p.report(common::deadline_for(steps)).await);
-        }
+        let reports = finish_all(&mut peers, common::deadline_for(steps)).await;
         assert!(
             reports.iter().all(|r| r.step == steps),
             "steps {:?}",
@@ -223,10 +229,7 @@ fn a_late_joiner_takes_the_swarms_anchors_then_trains() {
             "started training at rounds {:?} while the swarm was at round {swarm_round}",
             t.join_rounds
         );
-        let mut reports = Vec::new();
-        for p in &mut peers {
-            reports.push(p.report(common::deadline_for(steps)).await);
-        }
+        let reports = finish_all(&mut peers, common::deadline_for(steps)).await;
         assert_agreement(&swarm, &peers, &reports);
     });
 }
@@ -256,10 +259,7 @@ fn a_healed_partition_ends_in_agreement() {
         }
         assert_ne!(sides[0], sides[2], "the two sides of the partition did not diverge");
         swarm.heal();
-        let mut reports = Vec::new();
-        for p in &mut peers {
-            reports.push(p.report(common::deadline_for(steps)).await);
-        }
+        let reports = finish_all(&mut peers, common::deadline_for(steps)).await;
         assert_agreement(&swarm, &peers, &reports);
     });
 }

@@ -73,13 +73,9 @@ pub fn paced(spec: &Spec) -> Spec {
         return spec;
     }
     let own_floor = spec.extra.iter().any(|a| a == "--min-step-ms");
-    let mut flags = pace_flags().into_iter();
-    while let Some(flag) = flags.next() {
-        let value = flags.next().expect("a pace flag has a value");
-        if !(own_floor && flag == "--min-step-ms") {
-            spec = spec.arg(&flag).arg(&value);
-        }
-    }
+    // The floor's flag and value come first: skipped when the spec has its own.
+    let skip = if own_floor { 2 } else { 0 };
+    spec.extra.extend(pace_flags().into_iter().skip(skip));
     spec
 }
 
