@@ -136,8 +136,8 @@ pub fn sync_diloco(
                 })
                 .collect();
             crate::proto::merge::canonical_order(&mut inputs);
-            let (a, m, _) = robust_step(spec, &mut inputs, anchor, momentum, settings);
-            (*anchor, *momentum) = (a, m);
+            let step = robust_step(spec, &mut inputs, anchor, momentum, settings);
+            (*anchor, *momentum) = (step.anchor, step.momentum);
             for learner in &mut learners {
                 write_fragment(learner.model_mut(), spec, anchor)?;
             }

@@ -251,6 +251,7 @@ mod tests {
                     peer: peer.into(),
                     hash: hash.into(),
                     tokens,
+                    agreement: 1.0,
                 })
                 .collect(),
         }

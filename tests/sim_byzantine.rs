@@ -4,9 +4,11 @@
 //! peers must not panic, must end on one state, and must train about as well as without
 //! them. `SEED=n` replays a failure.
 //!
-//! Two kinds of attack are only bounded, not neutralised, and have their own test with the
-//! bound measured for them (SECURITY.md, "What it cannot defend"): weight claims within the
-//! manifest's bounds and well-formed poison within the clip. A Sybil majority that earns
+//! Weight claims within the manifest's bounds are only bounded, not neutralised, and have
+//! their own test with the bound measured for them (SECURITY.md, "What it cannot defend").
+//! Well-formed poison (reversed, scaled, aimed against the honest direction) is weighed by
+//! its agreement with the round: neutralised from one peer in eight, bounded from a
+//! quarter and a third of colluding peers, at both merge lags. A Sybil majority that earns
 //! vote credit with well-formed deltas is outside the threat model: it must not crash
 //! anyone, and nothing more is asserted of it.
 
@@ -29,22 +31,23 @@ fn sybil_majority(a: Attack) -> bool {
 }
 
 /// Attacks the core bounds but cannot neutralise, with the most honest loss (× the
-/// honest-only run) measured for them at f = 1/8 over seeds 71–74, plus a margin.
+/// honest-only run) measured for them at f = 1/8 over seeds 71–74, plus a margin. Scaled,
+/// reversed, huge and zero deltas were bounded here (up to 1.96×) until agreement weights
+/// took their weight away; they are now held to the 2% of the neutralised.
 fn bounded(a: Attack) -> Option<f64> {
     match a {
-        Attack::InflatedSteps | Attack::ZeroMaxClaim => Some(BOUND_CLAIMS),
-        Attack::ScaledPoison { .. } => Some(BOUND_POISON),
-        Attack::HugeValues { .. } => Some(BOUND_HUGE),
+        Attack::InflatedSteps => Some(BOUND_CLAIMS),
         _ => None,
     }
 }
 
-/// Measured at most 1.62× (ZeroMaxClaim; InflatedSteps 1.19×).
-const BOUND_CLAIMS: f64 = 1.8;
-/// Measured at most 1.96× (−10× own delta).
-const BOUND_POISON: f64 = 2.2;
-/// Measured at most 1.12×.
-const BOUND_HUGE: f64 = 1.2;
+/// Measured at most 1.15× (an honest delta weighed as twice the median author's).
+const BOUND_CLAIMS: f64 = 1.3;
+/// Well-formed poison from a quarter of the peers, mean over [`SEEDS`] seeds: measured at
+/// most 1.05× (lag 0, reversed deltas); 1.85–6.07× without agreement weights.
+const BOUND_QUARTER: f64 = 1.1;
+/// ... and from a third: measured at most 1.87× (lag 0, −10× stolen deltas).
+const BOUND_THIRD: f64 = 2.5;
 
 /// What a run ended with, seen from the honest peers.
 struct Outcome {
@@ -61,6 +64,10 @@ struct Outcome {
 fn run(peers: usize, seed: u64, hostile: Vec<(usize, Attack)>, absent: Option<usize>) -> Outcome {
     let mut cfg = SimConfig::new(peers, seed);
     cfg.hostile = hostile;
+    run_config(cfg, absent)
+}
+
+fn run_config(cfg: SimConfig, absent: Option<usize>) -> Outcome {
     let mut sim = Sim::new(cfg).unwrap();
     if let Some(i) = absent {
         sim.crash(i);
@@ -215,5 +222,109 @@ fn loss_curve_by_hostile_fraction() {
             o.sim.stats.offences
         );
         assert!(o.loss < 0.1 * o.curve[0], "seed {seed}: f = {name}: {:?}", o.curve);
+    }
+}
+
+/// Seeds averaged per figure below: at `merge_lag` 0 one seed's honest loss moves ±20%
+/// with arrival order alone (every run takes about 0.05 s).
+const SEEDS: u64 = 6;
+
+/// `hostile` of `peers` sending `attack` from evenly spread seats (`attack` `None`: those
+/// seats empty), at `lag`, with or without agreement weights: the honest loss.
+fn colluding(
+    peers: usize,
+    hostile: usize,
+    attack: Option<Attack>,
+    seed: u64,
+    lag: u64,
+    agree: bool,
+) -> f64 {
+    let mut cfg = SimConfig::new(peers, seed);
+    cfg.settings.merge_lag = lag;
+    cfg.settings.agreement_weights = agree;
+    let start = seat(seed) % peers;
+    let seats = (0..hostile).map(|j| (start + j * peers / hostile.max(1)) % peers);
+    let Some(a) = attack else {
+        let mut sim = Sim::new(cfg).unwrap();
+        seats.for_each(|i| sim.crash(i));
+        let mut tail = 0.0;
+        for c in 0..CYCLES {
+            sim.run_cycles(1);
+            if c + TAIL as u64 >= CYCLES {
+                tail += sim.honest_anchor_loss() / TAIL as f64;
+            }
+        }
+        return tail;
+    };
+    cfg.hostile = seats.map(|i| (i, a)).collect();
+    run_config(cfg, None).loss
+}
+
+/// The honest loss under `attack` by `hostile` of `peers`, over the unattacked loss (the
+/// larger of: the attackers' seats empty, and everyone honest), averaged over [`SEEDS`]
+/// seeds from `seed`.
+fn damage(peers: usize, hostile: usize, attack: Attack, seed: u64, lag: u64, agree: bool) -> f64 {
+    let ratio = |s: u64| {
+        let empty = colluding(peers, hostile, None, s, lag, agree);
+        let honest = colluding(peers, 0, None, s, lag, agree);
+        colluding(peers, hostile, Some(attack), s, lag, agree) / empty.max(honest)
+    };
+    (seed..seed + SEEDS).map(ratio).sum::<f64>() / SEEDS as f64
+}
+
+/// The attacks that need no provable offence: an author-bound delta within the manifest's
+/// claims, reversed, scaled or aimed against the honest direction.
+const WELL_FORMED: [Attack; 4] = [
+    Attack::Reversed,
+    Attack::Direction,
+    Attack::ScaledPoison { stolen: false },
+    Attack::ScaledPoison { stolen: true },
+];
+
+/// A quarter of 16 peers sending well-formed poison together, at both lags: the honest
+/// loss stays within the bound, where without agreement weights the same attack costs far
+/// more (so the test can fail).
+#[test]
+fn a_quarter_of_colluding_attackers_are_bounded() {
+    let seed = seed_from_env(76);
+    for lag in [0, 1] {
+        for a in WELL_FORMED {
+            let on = damage(16, 4, a, seed, lag, true);
+            let off = damage(16, 4, a, seed, lag, false);
+            eprintln!("seed {seed}: lag {lag}: 4/16 {a:?}: honest loss {on:.3}x unattacked ({off:.3}x without agreement weights)");
+            assert!(on <= BOUND_QUARTER, "seed {seed}: lag {lag}: 4/16 {a:?}: {on:.3}x");
+            assert!(
+                off > 1.1,
+                "seed {seed}: lag {lag}: 4/16 {a:?}: harmless undefended ({off:.3}x)"
+            );
+        }
+    }
+}
+
+/// A third of 18 peers: the run still converges, within the bound SECURITY.md states.
+#[test]
+fn a_third_of_colluding_attackers_do_not_stop_training() {
+    let seed = seed_from_env(77);
+    for lag in [0, 1] {
+        for a in WELL_FORMED {
+            let on = damage(18, 6, a, seed, lag, true);
+            eprintln!("seed {seed}: lag {lag}: 6/18 {a:?}: honest loss {on:.3}x unattacked");
+            assert!(on <= BOUND_THIRD, "seed {seed}: lag {lag}: 6/18 {a:?}: {on:.3}x");
+        }
+    }
+}
+
+/// The defence's price in an honest swarm: weighing by agreement moves the honest loss by
+/// at most 2% (both lags, averaged over seeds).
+#[test]
+fn agreement_weights_cost_an_honest_swarm_under_two_percent() {
+    let seed = seed_from_env(78);
+    for lag in [0, 1] {
+        let loss = |agree: bool| {
+            (seed..seed + SEEDS).map(|s| colluding(16, 0, None, s, lag, agree)).sum::<f64>()
+        };
+        let (on, off) = (loss(true), loss(false));
+        eprintln!("seed {seed}: lag {lag}: honest loss {:.3}x with agreement weights", on / off);
+        assert!(on <= 1.02 * off, "seed {seed}: lag {lag}: {on:.4} against {off:.4}");
     }
 }

@@ -318,6 +318,7 @@ impl<N: Network> Job<N> {
                 peer: peer.to_string(),
                 hash: hash.to_string(),
                 tokens: each,
+                agreement: 1.0,
             })
             .collect();
         let record = MergeRecord { unix_ms: status::unix_ms(), fragment: 0, round, contributions };

@@ -60,17 +60,17 @@ impl Lane {
         }
         let mut inputs = merge_inputs(&decoded);
         merge::canonical_order(&mut inputs);
-        let (anchor, momentum, dropped) =
+        let step =
             merge::robust_step(&self.spec, &mut inputs, &base.anchor, &base.momentum, settings);
-        if !dropped.is_empty() {
+        if !step.dropped.is_empty() {
             return Evidence::Forged(format!(
                 "state of round {round} merges {} contribution(s) that make the merge non-finite",
-                dropped.len()
+                step.dropped.len()
             ));
         }
         let mut redone = base.clone();
-        redone.anchor = anchor;
-        redone.momentum = momentum;
+        redone.anchor = step.anchor;
+        redone.momentum = step.momentum;
         redone.round = *round;
         redone.parent = new.parent;
         redone.record(*round, ids.clone(), Window::of(settings).log_rounds());

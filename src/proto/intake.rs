@@ -189,8 +189,14 @@ impl Protocol {
             bytes,
             merged_at: None,
         };
-        // Verified work of this author: its state votes count from now on.
-        lane.votes.credit(header.author, header.round);
+        // Votes are earned by merged work that agreed with its round (`Lane::merge`). A
+        // peer whose state is rounds behind (a joiner, a restarted peer) cannot judge that:
+        // it credits verified, non-zero work on arrival so that it can find the swarm's
+        // state, which it then adopts only with half of its credited voters behind it.
+        let behind = lane.state.round.saturating_add(w.lag + 2) < current;
+        if behind && d.values.iter().any(|v| *v != 0.0) {
+            lane.votes.credit(header.author, header.round);
+        }
         if lane.insert(hash, held, w) {
             self.check_quorum(p, now, out);
         }

@@ -87,11 +87,15 @@ pub struct MergeReport {
     pub grace_ms: Millis,
 }
 
-/// One merged contribution's origin and size.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One merged contribution's origin, size and agreement with its round.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Contribution {
     pub origin: PeerId,
     pub tokens: u64,
+    /// Its weight factor from [`agreement`](super::merge::agreement), in `[0, 1]`: 0 for a
+    /// delta that went against the round (it was merged with no weight and earned its
+    /// author no credit).
+    pub agreement: f64,
 }
 
 /// Outputs.
@@ -193,6 +197,9 @@ pub struct Metrics {
     pub rejected: u64,
     /// Contributions dropped because they made a merge non-finite.
     pub nonfinite_dropped: u64,
+    /// Contributions merged with no weight because they went against their round
+    /// (`agreement_weights`).
+    pub disagreed: u64,
     /// Fetched states that recomputing from their parent and contributions refuted.
     pub forged_states: u64,
     /// Fetched states nobody here could recompute, left for lack of a backing majority.
@@ -204,7 +211,7 @@ impl Metrics {
     /// What this peer did not take, by cause, for operators (`status.json`, `/metrics`,
     /// the status page): none of these is provable misconduct, but a stalling or flooding
     /// peer shows here first.
-    pub fn refusals(&self) -> [(&'static str, u64); 5] {
+    pub fn refusals(&self) -> [(&'static str, u64); 6] {
         [
             // Announced payloads that no holder served in time (a stall, or a lost peer).
             ("fetch_failed", self.fetch_failures),
@@ -216,6 +223,8 @@ impl Metrics {
             ("unbacked_state", self.unbacked_states),
             // Contributions that made a merge non-finite.
             ("nonfinite", self.nonfinite_dropped),
+            // Contributions merged with no weight: they went against their round.
+            ("disagreed", self.disagreed),
         ]
     }
 }

@@ -218,7 +218,7 @@ impl Lane {
             return (vec![Output::Skipped { fragment: self.spec.id, round }], Vec::new());
         }
         merge::canonical_order(&mut inputs);
-        let (anchor, momentum, dropped) = merge::robust_step(
+        let merge::Step { anchor, momentum, dropped, agreement } = merge::robust_step(
             &self.spec,
             &mut inputs,
             &self.state.anchor,
@@ -245,11 +245,17 @@ impl Lane {
         self.state.record(round, shorts, w.log_rounds());
         let mut late = 0;
         let mut contributions = Vec::with_capacity(merged.len());
-        for hash in &merged {
+        for (hash, &agreement) in merged.iter().zip(&agreement) {
             if let Some(h) = self.held.get_mut(hash) {
-                contributions.push(Contribution { origin: h.origin, tokens: h.tokens });
+                contributions.push(Contribution { origin: h.origin, tokens: h.tokens, agreement });
                 late += usize::from(h.round.saturating_add(w.lag) < round);
                 h.merged_at = Some(round);
+                // Work that went the round's way is what earns a vote (DESIGN.md §3.2).
+                if agreement > 0.0 {
+                    self.votes.credit(h.origin, h.round);
+                } else {
+                    m.disagreed += 1;
+                }
             }
         }
         self.state_bytes = self.state.to_bytes().into();

@@ -96,6 +96,12 @@ pub struct RawSettings {
     /// `step_slack × h` weigh as if they held that many (a peer back from a stall keeps its
     /// work, an inflated claim buys nothing). Default 4.
     pub step_slack: u64,
+    /// Scale each contribution's weight by how far it goes the round's way: its cosine
+    /// with the coordinate-wise median of the round's delta directions, twice over the
+    /// round's median cosine, clamped to `[0, 1]` (`proto::merge::agreement`). Zero,
+    /// reversed and random deltas then weigh nothing, and only authors whose deltas
+    /// weighed something earn vote credit. Default true.
+    pub agreement_weights: bool,
 }
 
 impl Default for RawSettings {
@@ -127,6 +133,7 @@ impl Default for RawSettings {
             max_author_share: 2.0,
             trim: 0.2,
             step_slack: 4,
+            agreement_weights: true,
         }
     }
 }
@@ -261,6 +268,7 @@ impl Settings {
             clip: self.raw.clip_factor,
             max_share: self.raw.max_author_share,
             trim: self.raw.trim,
+            agree: self.raw.agreement_weights,
         }
     }
 

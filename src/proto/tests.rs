@@ -71,7 +71,7 @@ fn one_round_alone_publishes_merges_and_applies() {
     });
     let report = report.expect("merged");
     assert_eq!(report.merged, vec![announce.hash]);
-    let own = crate::proto::Contribution { origin: PeerId(1), tokens: 100 };
+    let own = crate::proto::Contribution { origin: PeerId(1), tokens: 100, agreement: 1.0 };
     assert_eq!(report.contributions, vec![own]);
     assert_eq!(report.state_hash, p.state_hash(0));
     let apply = out.iter().find_map(|o| match o {
@@ -191,7 +191,6 @@ fn delta_by(author: u64, round: u64, value: f32) -> (ContributionAnnounce, Bytes
     (c, enc.bytes)
 }
 
-/// Feeds `p` a verified delta of `author`: its state votes count from then on.
 /// The offences reported in `out`, in order.
 fn offences(out: &[Output]) -> Vec<Offence> {
     out.iter()
@@ -202,11 +201,14 @@ fn offences(out: &[Output]) -> Vec<Offence> {
         .collect()
 }
 
+/// Delivers a delta of `author` for `round` and credits its author's votes, as a merge in
+/// which it agreed with its round would (up-to-date peers credit at merge time).
 fn credit(p: &mut Protocol, author: u64, round: u64, now: Millis) {
     let (c, bytes) = delta_by(author, round, 0.01);
     let from = PeerId(author);
     p.handle(Event::Message { from, msg: Message::Contribution(c.clone()) }, now);
     p.handle(Event::Fetched { from, hash: c.hash, bytes }, now);
+    p.lanes[c.fragment as usize].votes.credit(from, round);
 }
 
 #[test]

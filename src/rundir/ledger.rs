@@ -30,6 +30,14 @@ pub struct ContributionRecord {
     /// Content hash of the delta: the same contribution has the same hash on every peer.
     pub hash: String,
     pub tokens: u64,
+    /// Its weight factor for agreeing with the round, in `[0, 1]` (0: it went against the
+    /// round and weighed nothing). Absent in logs from before it was recorded: 1.
+    #[serde(default = "one")]
+    pub agreement: f64,
+}
+
+fn one() -> f64 {
+    1.0
 }
 
 /// The protocol id as `status.json` and `merges.jsonl` write it.
@@ -59,6 +67,7 @@ impl Ledger {
                 peer: peer_hex(c.origin),
                 hash: hash.to_string(),
                 tokens: c.tokens,
+                agreement: c.agreement,
             })
             .collect();
         let record = MergeRecord { unix_ms, fragment: r.fragment, round: r.round, contributions };

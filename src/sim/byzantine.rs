@@ -30,6 +30,12 @@ pub enum Attack {
     /// (b) Its honest delta (or, if `stolen`, the latest honest delta of another peer it
     /// saw) × −10, under its own name and its honest counts.
     ScaledPoison { stolen: bool },
+    /// (b) Its honest delta × −1: within every norm bound, pointing back.
+    Reversed,
+    /// (b) Minus the sum of the unit vectors of the latest honest deltas it saw for the
+    /// fragment, scaled to 1.9× their median norm (just inside the clip): the direction
+    /// that undoes the honest peers' together. Colluding identities send the same.
+    Direction,
     /// (c) Well-formed, finite values near `f32::MAX / 127`, honest counts.
     HugeValues { codec: Codec },
     /// (d) A zero delta with the largest claim the manifest allows.
@@ -70,6 +76,8 @@ impl Attack {
             Attack::InflatedSteps,
             Attack::ScaledPoison { stolen: false },
             Attack::ScaledPoison { stolen: true },
+            Attack::Reversed,
+            Attack::Direction,
             Attack::HugeValues { codec: Codec::Q8 },
             Attack::HugeValues { codec: Codec::F32 },
             Attack::ZeroMaxClaim,
@@ -86,6 +94,8 @@ impl Attack {
 
 /// Payloads a hostile peer keeps to serve (bounded: old ones are forgotten).
 const STORE: usize = 1024;
+/// Honest deltas a hostile peer remembers per fragment.
+const SEEN: usize = 16;
 /// Sybil ids live above this; the bits below name the owner and the Sybil's number.
 const SYBIL_BASE: u64 = 1 << 48;
 
@@ -95,8 +105,9 @@ pub(super) struct Hostile {
     attack: Attack,
     /// Crafted payloads by hash, served to whoever asks (also on behalf of its Sybils).
     store: VecDeque<(ContentHash, Bytes)>,
-    /// The latest honest delta of another peer, per fragment (for stolen poison).
-    seen: Vec<Option<Bytes>>,
+    /// The latest honest deltas of other peers, per fragment, newest last (bounded by
+    /// `SEEN`): stolen poison takes the newest, a direction attack all of them.
+    seen: Vec<VecDeque<Bytes>>,
     rng: ChaCha8Rng,
 }
 
@@ -117,7 +128,7 @@ impl Hostiles {
         for &(i, attack) in hostile {
             if let Some(slot) = by_peer.get_mut(i) {
                 let rng = ChaCha8Rng::seed_from_u64(seed ^ (0xbad5_eed0 + i as u64));
-                let seen = vec![None; fragments];
+                let seen = vec![VecDeque::new(); fragments];
                 *slot = Some(Hostile { attack, store: VecDeque::new(), seen, rng });
             }
         }
@@ -142,7 +153,10 @@ impl Hostiles {
         if let Some(Some(s)) =
             self.by_peer.get_mut(i).map(|h| h.as_mut().and_then(|h| h.seen.get_mut(p)))
         {
-            *s = Some(bytes);
+            if s.len() >= SEEN {
+                s.pop_front();
+            }
+            s.push_back(bytes);
         }
     }
 
@@ -227,7 +241,7 @@ impl Sim {
             }
             let me = PeerId(h as u64);
             match attack {
-                Attack::ScaledPoison { stolen: true } => {
+                Attack::ScaledPoison { stolen: true } | Attack::Direction => {
                     self.byz.saw(h, c.fragment as usize, bytes.clone())
                 }
                 Attack::ForgedOrigin => self.gossip_from(h, me, Message::Contribution(c.clone())),
@@ -270,6 +284,11 @@ impl Sim {
                 let victim = stolen.then(|| self.stolen_values(i, p)).flatten();
                 let base = victim.as_deref().unwrap_or(&honest);
                 self.publish(i, me, &c, meta, &scaled(base, -10.0), codec);
+            }
+            Attack::Reversed => self.publish(i, me, &c, meta, &scaled(&honest, -1.0), codec),
+            Attack::Direction => {
+                let v = self.against_seen(i, p).unwrap_or_else(|| scaled(&honest, -1.0));
+                self.publish(i, me, &c, meta, &v, codec);
             }
             Attack::HugeValues { codec } => {
                 let Some(Some(h)) = self.byz.by_peer.get_mut(i) else { return };
@@ -371,8 +390,28 @@ impl Sim {
 
     /// The values of the latest honest delta of another peer that `i` saw for `p`.
     fn stolen_values(&self, i: usize, p: usize) -> Option<Vec<f32>> {
-        let bytes = self.byz.by_peer.get(i)?.as_ref()?.seen.get(p)?.clone()?;
+        let bytes = self.byz.by_peer.get(i)?.as_ref()?.seen.get(p)?.back()?.clone();
         self.decode_values(&bytes, p)
+    }
+
+    /// `−Σ uᵢ` over the unit vectors of the honest deltas `i` saw for `p`, scaled to 1.9×
+    /// their median norm.
+    fn against_seen(&self, i: usize, p: usize) -> Option<Vec<f32>> {
+        let seen = self.byz.by_peer.get(i)?.as_ref()?.seen.get(p)?;
+        let all: Vec<Vec<f32>> = seen.iter().filter_map(|b| self.decode_values(b, p)).collect();
+        let norm = |v: &[f32]| v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+        let mut norms: Vec<f64> = all.iter().map(|v| norm(v)).filter(|n| *n > 0.0).collect();
+        norms.sort_by(f64::total_cmp);
+        let median = *norms.get(norms.len().checked_sub(1)? / 2)?;
+        let mut sum = vec![0f64; all.first()?.len()];
+        for v in &all {
+            let n = norm(v);
+            for (s, &x) in sum.iter_mut().zip(v).filter(|_| n > 0.0) {
+                *s += f64::from(x) / n;
+            }
+        }
+        let k = -1.9 * median / norm(&sum.iter().map(|&x| x as f32).collect::<Vec<_>>());
+        k.is_finite().then(|| sum.iter().map(|&x| (k * x) as f32).collect())
     }
 
     fn decode_values(&self, bytes: &[u8], p: usize) -> Option<Vec<f32>> {
