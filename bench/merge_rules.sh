@@ -19,6 +19,7 @@ cells=(
   'rda, share cap 2 only|{"clip_factor": 1e30}'
   'trimmed mean (0.2)|{"merge": "trimmed_mean"}'
   'plain mean|{"merge": "mean"}'
+  'rda, no agreement weights|{"agreement_weights": false}'
 )
 if [[ -n "${CELLS:-}" ]]; then
   mapfile -t picked < <(for i in $CELLS; do echo "${cells[$i]}"; done)

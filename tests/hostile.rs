@@ -7,12 +7,14 @@
 //! `val_bpb` within 2% of unattacked runs of the same config, the attacks counted, the
 //! attacker banned by every honest peer, and bounded memory. (Offences that need a fetch
 //! the honest peers never make — a stolen delta they already hold — are covered by the
-//! core's unit tests, src/proto/tests/attacks.rs.)
+//! core's unit tests, src/proto/tests/attacks.rs.) A second attacker commits no provable
+//! offence at all — signed, author-bound −10× deltas with legal claims — and must cost the
+//! swarm no more than the first, without being banned.
 
 mod common;
 
 use std::collections::BTreeMap;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -30,10 +32,24 @@ const STEPS: u64 = 300;
 /// Peak resident memory allowed to an honest tiny-model peer under attack.
 const MAX_RSS_KIB: u64 = 1 << 20;
 
+/// What the attacker does.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Mode {
+    /// Every attack below, provable offences included: banned within a round.
+    Everything,
+    /// Only what no one can prove an offence of: one delta per fragment and round, signed
+    /// by itself, its own id in the header, an honest delta's legal claims, and values of
+    /// −10× that honest delta. Weighed by agreement, it pulls nothing.
+    AuthorBound,
+}
+
 /// What one swarm run ended with.
 struct Outcome {
     val_bpb: Vec<f64>,
     rejected: BTreeMap<String, u64>,
+    refusals: BTreeMap<String, u64>,
+    /// Agreement factors of the attacker's merged contributions, on every honest peer.
+    attacker_agreement: Vec<f64>,
     banned: Vec<usize>,
     peak_rss_kib: u64,
 }
@@ -48,8 +64,8 @@ fn one_hostile_peer_cannot_crash_steer_or_take_over_a_swarm() {
     // alone does (an attack that steers the swarm costs orders of magnitude more).
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     let clean: Vec<f64> =
-        (0..2).map(|i| mean(&run(&tmp.path().join(format!("clean-{i}")), false).val_bpb)).collect();
-    let attacked = run(&tmp.path().join("attacked"), true);
+        (0..2).map(|i| mean(&run(&tmp.path().join(format!("clean-{i}")), None).val_bpb)).collect();
+    let attacked = run(&tmp.path().join("attacked"), Some(Mode::Everything));
     let (c, a) = (clean.iter().copied().fold(0.0, f64::max), mean(&attacked.val_bpb));
     eprintln!(
         "val_bpb clean {clean:?} attacked {:?}; rejected {:?}; banned by {:?}; peak RSS {} KiB",
@@ -61,19 +77,39 @@ fn one_hostile_peer_cannot_crash_steer_or_take_over_a_swarm() {
     }
     assert_eq!(attacked.banned.len(), 3, "every honest peer bans the attacker");
     assert!(attacked.peak_rss_kib < MAX_RSS_KIB, "peak RSS {} KiB", attacked.peak_rss_kib);
+    // The careful attacker: nothing to ban, its poison merged with no weight (−10× deltas
+    // cost a swarm +54% before agreement weights; SECURITY.md).
+    let careful = run(&tmp.path().join("author-bound"), Some(Mode::AuthorBound));
+    let a = mean(&careful.val_bpb);
+    eprintln!(
+        "author-bound attacker: val_bpb {:?}; refusals {:?}; banned by {:?}; its merged \
+         contributions' agreement {:?}",
+        careful.val_bpb, careful.refusals, careful.banned, careful.attacker_agreement
+    );
+    // Its deltas weigh nothing in most merges (measured 86%: the rest are sets of two,
+    // its delta and one honest one, where no rule can tell which is right), and the swarm
+    // is not steered. Two runs measured +0.2% and +4.5% against the worse clean run, within
+    // timing noise of a clean run; the bound is looser than the first attacker's because
+    // of those sets of two.
+    let zero = careful.attacker_agreement.iter().filter(|&&x| x == 0.0).count();
+    let merged = careful.attacker_agreement.len();
+    assert!(merged > 0 && 4 * zero >= 3 * merged, "weightless in {zero} of {merged} merges");
+    assert!(a <= 1.08 * c, "author-bound attack: {a:.3} vs clean {c:.3}");
+    assert!(careful.banned.is_empty(), "it commits no provable offence");
+    assert!(careful.refusals.get("disagreed").copied().unwrap_or(0) > 0, "{:?}", careful.refusals);
 }
 
 /// A 3-peer swarm to the end, with or without the attacker.
-fn run(root: &Path, attack: bool) -> Outcome {
+fn run(root: &Path, attack: Option<Mode>) -> Outcome {
     std::fs::create_dir_all(root).unwrap();
     let mut peers = common::swarm(root, "hostile", &[STEPS; 3]);
     let addrs: Vec<Multiaddr> =
         peers.iter_mut().map(|p| p.listen_addr(Duration::from_secs(30)).parse().unwrap()).collect();
     let stop = Arc::new(AtomicBool::new(false));
-    let attacker = attack.then(|| {
+    let attacker = attack.map(|mode| {
         let (stop, run_id) = (stop.clone(), run_id(root));
         let key_path = root.join("attacker_key");
-        std::thread::spawn(move || attacker(addrs, run_id, key_path, stop))
+        std::thread::spawn(move || attacker(addrs, run_id, key_path, stop, mode))
     });
     let mut peak_rss_kib = 0;
     common::wait_for("the swarm to finish training", Duration::from_secs(240), &mut peers, |ps| {
@@ -85,6 +121,8 @@ fn run(root: &Path, attack: bool) -> Outcome {
     common::wait_all_exit(&mut peers, Duration::from_secs(180));
     common::assert_same_final_anchors(&peers);
     let mut rejected = BTreeMap::new();
+    let mut refusals = BTreeMap::new();
+    let mut attacker_agreement = Vec::new();
     let mut banned = Vec::new();
     let mut val_bpb = Vec::new();
     for (i, p) in peers.iter().enumerate() {
@@ -93,12 +131,21 @@ fn run(root: &Path, attack: bool) -> Outcome {
         for (k, v) in t.rejected {
             *rejected.entry(k).or_insert(0) += v;
         }
+        for (k, v) in t.refusals {
+            *refusals.entry(k).or_insert(0) += v;
+        }
+        if let Some(id) = &attacker_id {
+            let hex = atoll::rundir::ledger::peer_hex(proto_peer(&id.parse().unwrap()));
+            let merges = atoll::rundir::ledger::read(&p.spec.dir).unwrap();
+            let theirs = merges.iter().flat_map(|m| &m.contributions).filter(|c| c.peer == hex);
+            attacker_agreement.extend(theirs.map(|c| c.agreement));
+        }
         let bans = std::fs::read_to_string(p.spec.dir.join("banned_peers")).unwrap_or_default();
         if attacker_id.as_ref().is_some_and(|id| bans.lines().any(|l| l.trim() == id)) {
             banned.push(i);
         }
     }
-    Outcome { val_bpb, rejected, banned, peak_rss_kib }
+    Outcome { val_bpb, rejected, refusals, attacker_agreement, banned, peak_rss_kib }
 }
 
 fn run_id(root: &Path) -> [u8; 32] {
@@ -121,6 +168,7 @@ fn attacker(
     run_id: [u8; 32],
     key: std::path::PathBuf,
     stop: Arc<AtomicBool>,
+    mode: Mode,
 ) -> String {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build();
     rt.unwrap().block_on(async move {
@@ -136,6 +184,8 @@ fn attacker(
             me: proto_peer(&me),
             done: 0,
             numel: HashMap::new(),
+            mode,
+            sent: HashSet::new(),
         };
         while !stop.load(Ordering::Relaxed) {
             let ev = tokio::time::timeout(Duration::from_millis(200), node.events.recv()).await;
@@ -146,7 +196,9 @@ fn attacker(
                 Ok((_, Message::Contribution(c))) if c.origin != a.me => {
                     a.on_delta(author, c).await
                 }
-                Ok((_, Message::State(s))) => a.on_state(author, s).await,
+                Ok((_, Message::State(s))) if mode == Mode::Everything => {
+                    a.on_state(author, s).await
+                }
                 _ => {}
             }
         }
@@ -163,6 +215,9 @@ struct Attack {
     done: u64,
     /// Values per fragment, learnt from the first delta fetched.
     numel: HashMap<u32, usize>,
+    mode: Mode,
+    /// `(fragment, round)` of the author-bound deltas sent (one each: no equivocation).
+    sent: HashSet<(u32, u64)>,
 }
 
 impl Attack {
@@ -195,8 +250,23 @@ impl Attack {
         self.publish(Message::Contribution(ours)).await;
     }
 
+    /// The author-bound attack: −10× the first honest delta of each fragment and round,
+    /// under its own name with that delta's claims.
+    async fn author_bound(&mut self, author: atoll_net::PeerId, c: ContributionAnnounce) {
+        if !self.sent.insert((c.fragment, c.round)) {
+            return;
+        }
+        let Ok(bytes) = self.client.fetch_blob(BlobHash(c.hash.0), &[author]).await else { return };
+        let Some(values) = decode_any(&bytes, c.fragment) else { return };
+        let poison: Vec<f32> = values.iter().map(|v| -10.0 * v).collect();
+        self.announce(&c, &poison, c.tokens, c.steps, Codec::Q4).await;
+    }
+
     /// Attacks 1, 2, 5, 6, 7, 13: variants of an honest delta it fetched.
     async fn on_delta(&mut self, author: atoll_net::PeerId, c: ContributionAnnounce) {
+        if self.mode == Mode::AuthorBound {
+            return self.author_bound(author, c).await;
+        }
         // 7 first: two different deltas of its own for the round, sent before any fetch,
         // so they are fresh even when this process lags behind the swarm.
         if let Some(&n) = self.numel.get(&c.fragment) {
