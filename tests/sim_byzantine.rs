@@ -64,14 +64,13 @@ struct Outcome {
 fn run(peers: usize, seed: u64, hostile: Vec<(usize, Attack)>, absent: Option<usize>) -> Outcome {
     let mut cfg = SimConfig::new(peers, seed);
     cfg.hostile = hostile;
-    run_config(cfg, absent)
+    run_config(cfg, absent.as_slice())
 }
 
-fn run_config(cfg: SimConfig, absent: Option<usize>) -> Outcome {
+/// `cfg` to the end, the peers `absent` crashed before the first round.
+fn run_config(cfg: SimConfig, absent: &[usize]) -> Outcome {
     let mut sim = Sim::new(cfg).unwrap();
-    if let Some(i) = absent {
-        sim.crash(i);
-    }
+    absent.iter().for_each(|&i| sim.crash(i));
     let mut curve = vec![sim.honest_anchor_loss()];
     let mut distinct = Vec::new();
     for c in 0..CYCLES {
@@ -243,21 +242,15 @@ fn colluding(
     cfg.settings.merge_lag = lag;
     cfg.settings.agreement_weights = agree;
     let start = seat(seed) % peers;
-    let seats = (0..hostile).map(|j| (start + j * peers / hostile.max(1)) % peers);
-    let Some(a) = attack else {
-        let mut sim = Sim::new(cfg).unwrap();
-        seats.for_each(|i| sim.crash(i));
-        let mut tail = 0.0;
-        for c in 0..CYCLES {
-            sim.run_cycles(1);
-            if c + TAIL as u64 >= CYCLES {
-                tail += sim.honest_anchor_loss() / TAIL as f64;
-            }
+    let seats: Vec<usize> =
+        (0..hostile).map(|j| (start + j * peers / hostile.max(1)) % peers).collect();
+    match attack {
+        None => run_config(cfg, &seats).loss,
+        Some(a) => {
+            cfg.hostile = seats.into_iter().map(|i| (i, a)).collect();
+            run_config(cfg, &[]).loss
         }
-        return tail;
-    };
-    cfg.hostile = seats.map(|i| (i, a)).collect();
-    run_config(cfg, None).loss
+    }
 }
 
 /// The honest loss under `attack` by `hostile` of `peers`, over the unattacked loss (the

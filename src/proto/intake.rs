@@ -194,7 +194,7 @@ impl Protocol {
         // it credits verified, non-zero work on arrival so that it can find the swarm's
         // state, which it then adopts only with half of its credited voters behind it.
         let behind = lane.state.round.saturating_add(w.lag + 2) < current;
-        if behind && d.values.iter().any(|v| *v != 0.0) {
+        if behind && d.norm > 0.0 {
             lane.votes.credit(header.author, header.round);
         }
         if lane.insert(hash, held, w) {

@@ -92,7 +92,7 @@ pub struct MergeReport {
 pub struct Contribution {
     pub origin: PeerId,
     pub tokens: u64,
-    /// Its weight factor from [`agreement`](super::merge::agreement), in `[0, 1]`: 0 for a
+    /// Its weight factor for agreeing with its round (`merge::agreement`), in `[0, 1]`: 0 for a
     /// delta that went against the round (it was merged with no weight and earned its
     /// author no credit).
     pub agreement: f64,

@@ -31,7 +31,7 @@ pub struct Bounds {
     pub max_share: f64,
     /// Fraction of values trimmed at each end per coordinate by [`MergeRule::TrimmedMean`].
     pub trim: f64,
-    /// Scale each weight by the contribution's [`agreement`] with the round.
+    /// Scale each weight by the contribution's agreement with the round (`agreement`).
     pub agree: bool,
 }
 
@@ -46,7 +46,7 @@ impl Default for Bounds {
 pub struct Combined {
     /// The outer gradient `Δ`.
     pub delta: Vec<f32>,
-    /// Each input's [`agreement`] factor in `[0, 1]` (all 1 when the bounds do not weigh
+    /// Each input's agreement factor in `[0, 1]` (all 1 when the bounds do not weigh
     /// by agreement), in input order.
     pub agreement: Vec<f64>,
 }
@@ -99,9 +99,16 @@ pub fn author_weights(inputs: &[Input<'_>], max_share: f64) -> Vec<f64> {
     w
 }
 
-/// One tensor's clipping: per contribution, the factor that scales its values and its
-/// clamped norm (see [`clip_factors`]).
-pub type Clip = (Vec<f64>, Vec<f64>);
+/// One tensor's norms and clipping, per contribution (see [`clip_factors`]).
+#[derive(Debug, Clone)]
+struct Clip {
+    /// The tensor's norm.
+    norm: Vec<f64>,
+    /// What scales its values: `min(1, clip·m / norm)`.
+    factor: Vec<f64>,
+    /// Its norm clamped into `[m / clip, clip·m]`.
+    clamped: Vec<f64>,
+}
 
 /// Per-tensor clipping against the round's own median norm `m` (lower median): returns,
 /// per contribution, the factor `min(1, clip·m / norm)` that scales its values, and its norm
@@ -110,14 +117,14 @@ pub type Clip = (Vec<f64>, Vec<f64>);
 /// Deterministic (same set ⇒ same numbers on every peer) and with no cold start, unlike a
 /// norm history kept by each peer.
 fn clip_factors(inputs: &[Input<'_>], range: std::ops::Range<usize>, clip: f64) -> Clip {
-    let norms: Vec<f64> = inputs.iter().map(|i| norm(&i.values[range.clone()])).collect();
-    let median = lower_median(norms.clone());
+    let norm: Vec<f64> = inputs.iter().map(|i| norm(&i.values[range.clone()])).collect();
+    let median = lower_median(norm.clone());
     // `clip` may be infinite (no clipping): ∞·0 is NaN, which must mean "no bound".
     let hi = if median > 0.0 { clip * median } else { f64::INFINITY };
     let lo = (median / clip).min(hi);
-    let factors = norms.iter().map(|&n| if n > hi { hi / n } else { 1.0 }).collect();
-    let clamped = norms.iter().map(|&n| n.max(lo).min(hi)).collect();
-    (factors, clamped)
+    let factor = norm.iter().map(|&n| if n > hi { hi / n } else { 1.0 }).collect();
+    let clamped = norm.iter().map(|&n| n.max(lo).min(hi)).collect();
+    Clip { norm, factor, clamped }
 }
 
 fn norm(x: &[f32]) -> f64 {
@@ -138,7 +145,8 @@ pub fn combine(
     }
     let clips: Vec<_> =
         spec.ranges().map(|(_, range)| clip_factors(inputs, range, bounds.clip)).collect();
-    let agreement = if bounds.agree { agreement(spec, inputs) } else { vec![1.0; inputs.len()] };
+    let agreement =
+        if bounds.agree { agreement(spec, inputs, &clips) } else { vec![1.0; inputs.len()] };
     let w: Vec<f64> = author_weights(inputs, bounds.max_share)
         .iter()
         .zip(&agreement)
@@ -150,14 +158,16 @@ pub fn combine(
         // Nothing agrees with the round: no direction anyone can trust.
         return Combined { delta: out, agreement };
     }
-    for ((tensor, range), (clip, norms)) in spec.ranges().zip(&clips) {
+    for ((tensor, range), clip) in spec.ranges().zip(&clips) {
         let merged = match rule {
-            MergeRule::TrimmedMean => trimmed_mean(inputs, clip, bounds.trim, range.clone()),
-            MergeRule::Mean => weighted_mean(inputs, &w, clip, total, range.clone()),
-            MergeRule::Rda if tensor.is_embedding => {
-                weighted_mean(inputs, &w, clip, total, range.clone())
+            MergeRule::TrimmedMean => {
+                trimmed_mean(inputs, &clip.factor, bounds.trim, range.clone())
             }
-            MergeRule::Rda => rda(inputs, &w, norms, total, range.clone()),
+            MergeRule::Mean => weighted_mean(inputs, &w, &clip.factor, total, range.clone()),
+            MergeRule::Rda if tensor.is_embedding => {
+                weighted_mean(inputs, &w, &clip.factor, total, range.clone())
+            }
+            MergeRule::Rda => rda(inputs, &w, clip, total, range.clone()),
         };
         out[range].copy_from_slice(&merged);
     }
@@ -180,25 +190,16 @@ pub fn combine(
 /// (tests/sim_byzantine.rs, SECURITY.md): costs an honest swarm nothing; a quarter of
 /// colluding peers sending reversed or aimed deltas cost at most 5%, against 1.85–6.1×
 /// without it.
-pub fn agreement(spec: &FragmentSpec, inputs: &[Input<'_>]) -> Vec<f64> {
+fn agreement(spec: &FragmentSpec, inputs: &[Input<'_>], clips: &[Clip]) -> Vec<f64> {
     let n = inputs.len();
     let (mut dot, mut sq) = (vec![0f64; n], vec![0f64; n]);
     let mut ref_sq = 0f64;
     let (mut column, mut scratch) = (vec![0f64; n], vec![0f64; n]);
-    for (_, range) in spec.ranges() {
+    for ((_, range), clip) in spec.ranges().zip(clips) {
         // Directions only: each contribution's tensor scaled to unit norm, so a large delta
         // cannot drag the reference its way (in a set of two, neither can).
-        let unit: Vec<f64> = inputs
-            .iter()
-            .map(|i| {
-                let n = norm(&i.values[range.clone()]);
-                if n > 0.0 {
-                    1.0 / n
-                } else {
-                    0.0
-                }
-            })
-            .collect();
+        let unit: Vec<f64> =
+            clip.norm.iter().map(|&n| if n > 0.0 { 1.0 / n } else { 0.0 }).collect();
         for j in range {
             for ((c, inp), &k) in column.iter_mut().zip(inputs).zip(&unit) {
                 *c = k * f64::from(inp.values[j]);
@@ -293,15 +294,15 @@ fn trimmed_mean(
 fn rda(
     inputs: &[Input<'_>],
     w: &[f64],
-    clamped: &[f64],
+    clip: &Clip,
     total: f64,
     range: std::ops::Range<usize>,
 ) -> Vec<f32> {
     let mut dir = vec![0f64; range.len()];
     let mut norm_acc = 0f64;
-    for ((inp, &wi), &clamped_norm) in inputs.iter().zip(w).zip(clamped) {
+    for (((inp, &wi), &clamped_norm), &n) in inputs.iter().zip(w).zip(&clip.clamped).zip(&clip.norm)
+    {
         let x = &inp.values[range.clone()];
-        let n = norm(x);
         norm_acc += wi * clamped_norm;
         if n > 0.0 {
             let k = wi / n;
@@ -325,7 +326,7 @@ pub struct Step {
     pub momentum: Vec<f32>,
     /// Contributions dropped because they made the merge non-finite.
     pub dropped: Vec<ContentHash>,
-    /// The [`agreement`] of each input that was merged, in the order `inputs` is left in.
+    /// The agreement factor of each input that was merged, in the order `inputs` is left in.
     pub agreement: Vec<f64>,
 }
 
@@ -395,156 +396,4 @@ pub fn consensus_distance(anchors: &[&[f32]]) -> f64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::fragment::TensorSpec;
-    use proptest::prelude::*;
-
-    /// No clipping or capping: the plain rules.
-    const B: Bounds =
-        Bounds { clip: f64::INFINITY, max_share: f64::INFINITY, trim: 0.2, agree: false };
-
-    fn spec(emb: bool) -> FragmentSpec {
-        FragmentSpec {
-            id: 0,
-            tensors: vec![
-                TensorSpec { name: "a".into(), shape: vec![3], is_embedding: emb },
-                TensorSpec { name: "b".into(), shape: vec![2], is_embedding: false },
-            ],
-        }
-    }
-
-    fn inputs(vals: &[Vec<f32>]) -> Vec<Input<'_>> {
-        vals.iter()
-            .enumerate()
-            .map(|(i, v)| Input {
-                hash: ContentHash::of(&i.to_le_bytes()),
-                author: PeerId(i as u64),
-                tokens: 100 * (i as u64 + 1),
-                steps: 10,
-                values: v,
-            })
-            .collect()
-    }
-
-    #[test]
-    fn rda_keeps_the_norm_of_orthogonal_deltas() {
-        let vals = vec![vec![1.0, 0.0, 0.0, 0.0, 0.0], vec![0.0, 1.0, 0.0, 0.0, 0.0]];
-        let mut inp = inputs(&vals);
-        inp.iter_mut().for_each(|i| i.tokens = 100);
-        canonical_order(&mut inp);
-        let rda_out = combine(&spec(false), &inp, MergeRule::Rda, &B).delta;
-        let mean_out = combine(&spec(false), &inp, MergeRule::Mean, &B).delta;
-        let n = |v: &[f32]| v[..3].iter().map(|x| x * x).sum::<f32>().sqrt();
-        assert!((n(&rda_out) - 1.0).abs() < 1e-6);
-        assert!((n(&mean_out) - 0.5f32.sqrt()).abs() < 1e-6);
-        // The embedding tensor takes the plain mean even under RDA.
-        let emb_out = combine(&spec(true), &inp, MergeRule::Rda, &B).delta;
-        assert_eq!(&emb_out[..3], &mean_out[..3]);
-    }
-
-    #[test]
-    fn weights_favour_tokens_squared_per_step() {
-        assert_eq!(weight(100, 10), 1000.0);
-        assert_eq!(weight(200, 10), 4000.0);
-        assert_eq!(weight(0, 0), 0.0);
-    }
-
-    #[test]
-    fn nesterov_step_matches_the_formula() {
-        let (mut a, mut m) = (vec![1.0f32], vec![0.5f32]);
-        outer_step(&mut a, &mut m, &[0.2], 0.7, 0.9);
-        assert!((m[0] - (0.45 + 0.2)).abs() < 1e-7);
-        assert!((a[0] - (1.0 - 0.7 * (0.2 + 0.9 * 0.65))).abs() < 1e-6);
-    }
-
-    #[test]
-    fn consensus_distance_is_zero_for_equal_anchors() {
-        let a = [1.0f32, 2.0];
-        let b = [1.0f32, 2.2];
-        assert_eq!(consensus_distance(&[&a, &a, &a]), 0.0);
-        assert!(consensus_distance(&[&a, &b]) > 0.0);
-    }
-
-    /// Deltas around a shared direction, plus a zero, a reversed and an orthogonal one.
-    #[test]
-    fn agreement_takes_the_weight_of_deltas_that_go_against_the_round() {
-        let honest = |k: f32| vec![1.0, 0.5 + 0.1 * k, 0.2 - 0.1 * k, 0.3, 0.4 * k];
-        let mut vals: Vec<Vec<f32>> = (0..5).map(|k| honest(k as f32)).collect();
-        vals.push(vec![0.0; 5]);
-        vals.push(honest(1.0).iter().map(|v| -10.0 * v).collect());
-        vals.push(vec![0.0, -0.2, -0.5, 0.3, -0.15]);
-        let inp = inputs(&vals);
-        let a = agreement(&spec(false), &inp);
-        assert!(a[..5].iter().all(|&x| x == 1.0), "honest deltas lost weight: {a:?}");
-        assert_eq!(&a[5..], &[0.0, 0.0, 0.0], "{a:?}");
-        // Merged, the reversed delta does not pull: the mean goes the honest way.
-        let bounds = Bounds { agree: true, ..B };
-        let out = combine(&spec(false), &inp, MergeRule::Mean, &bounds);
-        assert_eq!(out.agreement, a);
-        assert!(out.delta[0] > 0.0, "{:?}", out.delta);
-        // Without agreement weights, the −10× delta takes the merge over.
-        assert!(combine(&spec(false), &inp, MergeRule::Mean, &B).delta[0] < 0.0);
-    }
-
-    /// With nothing agreeing (two opposite deltas), the round makes no move at all.
-    #[test]
-    fn a_round_that_cancels_out_moves_nothing() {
-        let vals = vec![vec![1.0, 2.0, 3.0, 4.0, 5.0], vec![-1.0, -2.0, -3.0, -4.0, -5.0]];
-        let inp = inputs(&vals);
-        let bounds = Bounds { agree: true, ..B };
-        let out = combine(&spec(false), &inp, MergeRule::Rda, &bounds);
-        assert_eq!(out.agreement, vec![0.0, 0.0]);
-        assert!(out.delta.iter().all(|&v| v == 0.0), "{:?}", out.delta);
-    }
-
-    proptest! {
-        /// Agreement factors lie in [0, 1], and at least one contribution of a set keeps
-        /// its whole weight unless the set cancels out.
-        #[test]
-        fn agreement_is_a_factor(vals in prop::collection::vec(prop::collection::vec(-1f32..1.0, 5), 1..12)) {
-            let a = agreement(&spec(true), &inputs(&vals));
-            prop_assert!(a.iter().all(|x| (0.0..=1.0).contains(x)), "{:?}", a);
-            prop_assert!(a.contains(&1.0) || a.iter().all(|&x| x == 0.0), "{:?}", a);
-        }
-
-        /// The merge result does not depend on the order contributions arrived in.
-        #[test]
-        fn merge_is_order_independent(
-            vals in prop::collection::vec(prop::collection::vec(-1f32..1.0, 5), 1..12),
-            rot in 0usize..12,
-            mean in any::<bool>(),
-        ) {
-            let rule = if mean { MergeRule::Mean } else { MergeRule::Rda };
-            let mut a = inputs(&vals);
-            let mut b = a.clone();
-            b.rotate_left(rot % vals.len());
-            b.reverse();
-            canonical_order(&mut a);
-            canonical_order(&mut b);
-            let bounds = Bounds { agree: true, clip: 2.0, ..B };
-            let x = combine(&spec(true), &a, rule, &bounds).delta;
-            let y = combine(&spec(true), &b, rule, &bounds).delta;
-            prop_assert_eq!(
-                x.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                y.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
-            );
-        }
-
-        /// RDA's per-tensor norm is the weighted mean of the input norms (when directions
-        /// do not cancel).
-        #[test]
-        fn rda_norm_is_weighted_mean_norm(vals in prop::collection::vec(prop::collection::vec(0.1f32..1.0, 5), 1..6)) {
-            let mut inp = inputs(&vals);
-            canonical_order(&mut inp);
-            let out = combine(&spec(false), &inp, MergeRule::Rda, &B).delta;
-            let w: Vec<f64> = inp.iter().map(|i| weight(i.tokens, i.steps)).collect();
-            let tw: f64 = w.iter().sum();
-            let want: f64 = inp.iter().zip(&w)
-                .map(|(i, wi)| wi * i.values[3..].iter().map(|&v| f64::from(v).powi(2)).sum::<f64>().sqrt())
-                .sum::<f64>() / tw;
-            let got = out[3..].iter().map(|&v| f64::from(v).powi(2)).sum::<f64>().sqrt();
-            prop_assert!((got - want).abs() < 1e-5 * want.max(1.0));
-        }
-    }
-}
+mod tests;

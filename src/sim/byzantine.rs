@@ -410,7 +410,7 @@ impl Sim {
                 *s += f64::from(x) / n;
             }
         }
-        let k = -1.9 * median / norm(&sum.iter().map(|&x| x as f32).collect::<Vec<_>>());
+        let k = -1.9 * median / sum.iter().map(|x| x * x).sum::<f64>().sqrt();
         k.is_finite().then(|| sum.iter().map(|&x| (k * x) as f32).collect())
     }
 

@@ -1,0 +1,153 @@
+//! The merge's rules, bounds and determinism.
+
+use super::*;
+use crate::fragment::TensorSpec;
+use proptest::prelude::*;
+
+/// No clipping or capping: the plain rules.
+const B: Bounds = Bounds { clip: f64::INFINITY, max_share: f64::INFINITY, trim: 0.2, agree: false };
+
+fn spec(emb: bool) -> FragmentSpec {
+    FragmentSpec {
+        id: 0,
+        tensors: vec![
+            TensorSpec { name: "a".into(), shape: vec![3], is_embedding: emb },
+            TensorSpec { name: "b".into(), shape: vec![2], is_embedding: false },
+        ],
+    }
+}
+
+fn inputs(vals: &[Vec<f32>]) -> Vec<Input<'_>> {
+    vals.iter()
+        .enumerate()
+        .map(|(i, v)| Input {
+            hash: ContentHash::of(&i.to_le_bytes()),
+            author: PeerId(i as u64),
+            tokens: 100 * (i as u64 + 1),
+            steps: 10,
+            values: v,
+        })
+        .collect()
+}
+
+#[test]
+fn rda_keeps_the_norm_of_orthogonal_deltas() {
+    let vals = vec![vec![1.0, 0.0, 0.0, 0.0, 0.0], vec![0.0, 1.0, 0.0, 0.0, 0.0]];
+    let mut inp = inputs(&vals);
+    inp.iter_mut().for_each(|i| i.tokens = 100);
+    canonical_order(&mut inp);
+    let rda_out = combine(&spec(false), &inp, MergeRule::Rda, &B).delta;
+    let mean_out = combine(&spec(false), &inp, MergeRule::Mean, &B).delta;
+    let n = |v: &[f32]| v[..3].iter().map(|x| x * x).sum::<f32>().sqrt();
+    assert!((n(&rda_out) - 1.0).abs() < 1e-6);
+    assert!((n(&mean_out) - 0.5f32.sqrt()).abs() < 1e-6);
+    // The embedding tensor takes the plain mean even under RDA.
+    let emb_out = combine(&spec(true), &inp, MergeRule::Rda, &B).delta;
+    assert_eq!(&emb_out[..3], &mean_out[..3]);
+}
+
+#[test]
+fn weights_favour_tokens_squared_per_step() {
+    assert_eq!(weight(100, 10), 1000.0);
+    assert_eq!(weight(200, 10), 4000.0);
+    assert_eq!(weight(0, 0), 0.0);
+}
+
+#[test]
+fn nesterov_step_matches_the_formula() {
+    let (mut a, mut m) = (vec![1.0f32], vec![0.5f32]);
+    outer_step(&mut a, &mut m, &[0.2], 0.7, 0.9);
+    assert!((m[0] - (0.45 + 0.2)).abs() < 1e-7);
+    assert!((a[0] - (1.0 - 0.7 * (0.2 + 0.9 * 0.65))).abs() < 1e-6);
+}
+
+#[test]
+fn consensus_distance_is_zero_for_equal_anchors() {
+    let a = [1.0f32, 2.0];
+    let b = [1.0f32, 2.2];
+    assert_eq!(consensus_distance(&[&a, &a, &a]), 0.0);
+    assert!(consensus_distance(&[&a, &b]) > 0.0);
+}
+
+/// Deltas around a shared direction, plus a zero, a reversed and an orthogonal one.
+#[test]
+fn agreement_takes_the_weight_of_deltas_that_go_against_the_round() {
+    let honest = |k: f32| vec![1.0, 0.5 + 0.1 * k, 0.2 - 0.1 * k, 0.3, 0.4 * k];
+    let mut vals: Vec<Vec<f32>> = (0..5).map(|k| honest(k as f32)).collect();
+    vals.push(vec![0.0; 5]);
+    vals.push(honest(1.0).iter().map(|v| -10.0 * v).collect());
+    vals.push(vec![0.0, -0.2, -0.5, 0.3, -0.15]);
+    let inp = inputs(&vals);
+    let a = combine(&spec(false), &inp, MergeRule::Rda, &Bounds { agree: true, ..B }).agreement;
+    assert!(a[..5].iter().all(|&x| x == 1.0), "honest deltas lost weight: {a:?}");
+    assert_eq!(&a[5..], &[0.0, 0.0, 0.0], "{a:?}");
+    // Merged, the reversed delta does not pull: the mean goes the honest way.
+    let bounds = Bounds { agree: true, ..B };
+    let out = combine(&spec(false), &inp, MergeRule::Mean, &bounds);
+    assert_eq!(out.agreement, a);
+    assert!(out.delta[0] > 0.0, "{:?}", out.delta);
+    // Without agreement weights, the −10× delta takes the merge over.
+    assert!(combine(&spec(false), &inp, MergeRule::Mean, &B).delta[0] < 0.0);
+}
+
+/// With nothing agreeing (two opposite deltas), the round makes no move at all.
+#[test]
+fn a_round_that_cancels_out_moves_nothing() {
+    let vals = vec![vec![1.0, 2.0, 3.0, 4.0, 5.0], vec![-1.0, -2.0, -3.0, -4.0, -5.0]];
+    let inp = inputs(&vals);
+    let bounds = Bounds { agree: true, ..B };
+    let out = combine(&spec(false), &inp, MergeRule::Rda, &bounds);
+    assert_eq!(out.agreement, vec![0.0, 0.0]);
+    assert!(out.delta.iter().all(|&v| v == 0.0), "{:?}", out.delta);
+}
+
+proptest! {
+    /// Agreement factors lie in [0, 1], and at least one contribution of a set keeps
+    /// its whole weight unless the set cancels out.
+    #[test]
+    fn agreement_is_a_factor(vals in prop::collection::vec(prop::collection::vec(-1f32..1.0, 5), 1..12)) {
+        let bounds = Bounds { agree: true, ..B };
+        let a = combine(&spec(true), &inputs(&vals), MergeRule::Rda, &bounds).agreement;
+        prop_assert!(a.iter().all(|x| (0.0..=1.0).contains(x)), "{:?}", a);
+        prop_assert!(a.contains(&1.0) || a.iter().all(|&x| x == 0.0), "{:?}", a);
+    }
+
+    /// The merge result does not depend on the order contributions arrived in.
+    #[test]
+    fn merge_is_order_independent(
+        vals in prop::collection::vec(prop::collection::vec(-1f32..1.0, 5), 1..12),
+        rot in 0usize..12,
+        mean in any::<bool>(),
+    ) {
+        let rule = if mean { MergeRule::Mean } else { MergeRule::Rda };
+        let mut a = inputs(&vals);
+        let mut b = a.clone();
+        b.rotate_left(rot % vals.len());
+        b.reverse();
+        canonical_order(&mut a);
+        canonical_order(&mut b);
+        let bounds = Bounds { agree: true, clip: 2.0, ..B };
+        let x = combine(&spec(true), &a, rule, &bounds).delta;
+        let y = combine(&spec(true), &b, rule, &bounds).delta;
+        prop_assert_eq!(
+            x.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            y.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
+    }
+
+    /// RDA's per-tensor norm is the weighted mean of the input norms (when directions
+    /// do not cancel).
+    #[test]
+    fn rda_norm_is_weighted_mean_norm(vals in prop::collection::vec(prop::collection::vec(0.1f32..1.0, 5), 1..6)) {
+        let mut inp = inputs(&vals);
+        canonical_order(&mut inp);
+        let out = combine(&spec(false), &inp, MergeRule::Rda, &B).delta;
+        let w: Vec<f64> = inp.iter().map(|i| weight(i.tokens, i.steps)).collect();
+        let tw: f64 = w.iter().sum();
+        let want: f64 = inp.iter().zip(&w)
+            .map(|(i, wi)| wi * i.values[3..].iter().map(|&v| f64::from(v).powi(2)).sum::<f64>().sqrt())
+            .sum::<f64>() / tw;
+        let got = out[3..].iter().map(|&v| f64::from(v).powi(2)).sum::<f64>().sqrt();
+        prop_assert!((got - want).abs() < 1e-5 * want.max(1.0));
+    }
+}
