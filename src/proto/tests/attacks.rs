@@ -110,6 +110,9 @@ fn inflated_token_claims_are_refused_and_weights_capped() {
 fn huge_values_cannot_blow_up_the_anchor() {
     let mut p = peer(1, 0);
     let t = honest_with_own_delta(&mut p, 0.1);
+    // A second honest delta: two contributions pointing apart are skipped, not merged.
+    let (c, bytes) = delta_by(2, 1, 0.1);
+    deliver(&mut p, 2, &c, bytes, t + 1);
     let meta = DeltaMeta { author: 66, fragment: 0, round: 1, tokens: 64, steps: 4 };
     let huge: Vec<f32> = (0..numel()).map(|i| if i % 2 == 0 { 3e38 } else { -3e38 }).collect();
     let (c, bytes) = encode_as(meta, &huge, Codec::Q8);
@@ -433,4 +436,21 @@ fn only_agreeing_work_earns_a_vote() {
     let weighed: Vec<(u64, f64)> =
         report.contributions.iter().map(|c| (c.origin.0, c.agreement)).collect();
     assert!(weighed.contains(&(3, 0.0)) && weighed.contains(&(4, 0.0)), "{weighed:?}");
+}
+
+/// A round of two deltas pointing apart (the peer's own and a reversed one) is skipped,
+/// not merged: no median can tell which is poisoned, and merging it as a no-op would throw
+/// the trainers' progress away. Both stay pending for a larger set.
+#[test]
+fn a_pair_pointing_apart_is_skipped() {
+    let mut p = peer(1, 0);
+    let t = honest_with_own_delta(&mut p, 0.1);
+    let (c, bytes) = delta_by(2, 1, -0.1);
+    deliver(&mut p, 2, &c, bytes, t + 1);
+    let before = p.state(0).clone();
+    let out = p.handle(Event::Timer(Timer::Close { fragment: 0, round: 1 }), t + 2);
+    assert!(out.iter().any(|o| matches!(o, Output::Skipped { .. })), "{out:?}");
+    assert!(!out.iter().any(|o| matches!(o, Output::Merged(_))));
+    assert_eq!(p.state(0), &before);
+    assert_eq!(p.metrics().merges, 0);
 }
