@@ -60,7 +60,8 @@ pub struct NetConfig {
     /// and rewritten on each ban; `None` keeps bans in memory for this process only.
     pub ban_file: Option<PathBuf>,
     /// Most established inbound connections (and most handshakes in progress) from one
-    /// remote IP; see [`crate::iplimit`].
+    /// remote host (IPv4 address, IPv6 /64); its network (/24, /48) may hold 4× that. See
+    /// [`crate::iplimit`].
     pub max_connections_per_ip: u32,
     /// Loopback peers are exempt from the per-IP cap, and from gossipsub's IP colocation
     /// penalty when this node listens on loopback (local swarms and tests run many peers

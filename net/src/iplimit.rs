@@ -1,11 +1,16 @@
-//! Connection caps per remote IP: one host cannot fill our connection slots.
+//! Connection caps per remote host and per network: one host, or one network's worth of
+//! addresses, cannot fill our connection slots.
 //!
 //! `connection_limits` caps connections per peer id and in all, but peer ids are free: a
 //! host that opens hundreds of connections under fresh ids (or keeps reconnecting, or
 //! leaves handshakes half-open) would fill the 512 established and 64 pending slots and
-//! lock honest newcomers out. This behaviour refuses an *inbound* connection when its IP
+//! lock honest newcomers out. This behaviour refuses an *inbound* connection when its host
 //! already has [`IpLimits::max_per_ip`] established inbound connections, or as many
-//! handshakes in progress. Outbound connections are ours to choose and are not counted.
+//! handshakes in progress, or when its network already has [`NET_FACTOR`] times that.
+//! A host is an IPv4 address or an IPv6 /64 (one subscriber's usual allocation, so that
+//! one machine cannot take a fresh address per connection); a network is an IPv4 /24 or
+//! an IPv6 /48. So filling the 64 pending slots takes two /24s or /48s, not 8 addresses
+//! or one /64. Outbound connections are ours to choose and are not counted.
 //!
 //! Loopback is exempt when asked ([`crate::NetConfig::exempt_loopback`], the default):
 //! local swarms and tests run many peers on 127.0.0.1. Denials surface as
@@ -14,7 +19,7 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::task::{Context, Poll};
 
 use libp2p::core::transport::PortUse;
@@ -26,28 +31,61 @@ use libp2p::swarm::{
 };
 use libp2p::{Multiaddr, PeerId};
 
-/// Default cap of established inbound connections (and of pending handshakes) per IP.
+/// Default cap of established inbound connections (and of pending handshakes) per host.
 pub const DEFAULT_MAX_CONNECTIONS_PER_IP: u32 = 8;
+/// A network may hold this many times a host's cap.
+pub const NET_FACTOR: u32 = 4;
 
 /// Why an inbound connection was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{ip} already has {count} {what} connections (limit {limit} per IP)")]
+#[error("{ip} already has {count} {what} connections from its {scope} (limit {limit})")]
 pub struct IpLimitExceeded {
     pub ip: IpAddr,
     pub count: u32,
     pub limit: u32,
     /// "established" or "pending".
     pub what: &'static str,
+    /// "host" (IPv4 address, IPv6 /64) or "network" (IPv4 /24, IPv6 /48).
+    pub scope: &'static str,
 }
 
-/// The per-IP connection gate. See the module docs.
+/// Where a connection comes from, at the two granularities that are capped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Source {
+    ip: IpAddr,
+    host: IpAddr,
+    net: IpAddr,
+}
+
+impl Source {
+    fn of(ip: IpAddr) -> Self {
+        let (host, net) = match ip {
+            IpAddr::V4(v4) => {
+                let net = u32::from(v4) & 0xffff_ff00;
+                (ip, IpAddr::V4(Ipv4Addr::from(net)))
+            }
+            IpAddr::V6(v6) => {
+                let bits = u128::from(v6);
+                let mask = |len: u32| IpAddr::V6(Ipv6Addr::from(bits & (u128::MAX << (128 - len))));
+                (mask(64), mask(48))
+            }
+        };
+        Source { ip, host, net }
+    }
+}
+
+/// Pending and established inbound connections of one host or network.
+type Counts = HashMap<IpAddr, (u32, u32)>;
+
+/// The per-host and per-network connection gate. See the module docs.
 pub struct IpLimits {
     max_per_ip: u32,
     exempt_loopback: bool,
-    pending: HashMap<ConnectionId, IpAddr>,
-    established: HashMap<ConnectionId, IpAddr>,
-    /// Connections per IP, pending and established, for O(1) checks.
-    counts: HashMap<IpAddr, (u32, u32)>,
+    pending: HashMap<ConnectionId, Source>,
+    established: HashMap<ConnectionId, Source>,
+    /// Connections per host and per network, pending and established, for O(1) checks.
+    hosts: Counts,
+    nets: Counts,
 }
 
 impl IpLimits {
@@ -57,33 +95,58 @@ impl IpLimits {
             exempt_loopback,
             pending: HashMap::new(),
             established: HashMap::new(),
-            counts: HashMap::new(),
+            hosts: HashMap::new(),
+            nets: HashMap::new(),
         }
     }
 
-    /// Established inbound connections from `ip` (for tests and status).
+    /// Established inbound connections from `ip`'s host (for tests and status).
     pub fn established_from(&self, ip: &IpAddr) -> u32 {
-        self.counts.get(ip).map_or(0, |c| c.1)
+        self.hosts.get(&Source::of(*ip).host).map_or(0, |c| c.1)
     }
 
-    fn ip_to_limit(&self, addr: &Multiaddr) -> Option<IpAddr> {
+    fn source_to_limit(&self, addr: &Multiaddr) -> Option<Source> {
         // A circuit's address names the relay's IP: every peer behind one relay would share
         // one cap. Circuits are bounded by the relay's limits and the connection limits.
         if addr.iter().any(|p| matches!(p, Protocol::P2pCircuit)) {
             return None;
         }
         let ip = ip_of(addr)?;
-        (!(self.exempt_loopback && ip.is_loopback())).then_some(ip)
+        (!(self.exempt_loopback && ip.is_loopback())).then(|| Source::of(ip))
+    }
+
+    /// Counts one more connection from `src` (`established` or pending), unless its host or
+    /// network is at its cap.
+    fn admit(&mut self, src: Source, established: bool) -> Result<(), IpLimitExceeded> {
+        let what = if established { "established" } else { "pending" };
+        let caps = [
+            (&self.hosts, src.host, self.max_per_ip, "host"),
+            (&self.nets, src.net, self.max_per_ip.saturating_mul(NET_FACTOR), "network"),
+        ];
+        for (counts, key, limit, scope) in caps {
+            let c = counts.get(&key).copied().unwrap_or_default();
+            let count = if established { c.1 } else { c.0 };
+            if count >= limit {
+                return Err(IpLimitExceeded { ip: src.ip, count, limit, what, scope });
+            }
+        }
+        for (counts, key) in [(&mut self.hosts, src.host), (&mut self.nets, src.net)] {
+            let c = counts.entry(key).or_default();
+            let n = if established { &mut c.1 } else { &mut c.0 };
+            *n += 1;
+        }
+        Ok(())
     }
 
     fn release(&mut self, id: ConnectionId) {
         for (map, established) in [(&mut self.pending, false), (&mut self.established, true)] {
-            if let Some(ip) = map.remove(&id) {
-                if let Some(c) = self.counts.get_mut(&ip) {
+            let Some(src) = map.remove(&id) else { continue };
+            for (counts, key) in [(&mut self.hosts, src.host), (&mut self.nets, src.net)] {
+                if let Some(c) = counts.get_mut(&key) {
                     let n = if established { &mut c.1 } else { &mut c.0 };
                     *n = n.saturating_sub(1);
                     if *c == (0, 0) {
-                        self.counts.remove(&ip);
+                        counts.remove(&key);
                     }
                 }
             }
@@ -110,21 +173,11 @@ impl NetworkBehaviour for IpLimits {
         _local: &Multiaddr,
         remote: &Multiaddr,
     ) -> Result<(), ConnectionDenied> {
-        let Some(ip) = self.ip_to_limit(remote) else {
+        let Some(src) = self.source_to_limit(remote) else {
             return Ok(());
         };
-        let c = self.counts.entry(ip).or_default();
-        if c.0 >= self.max_per_ip {
-            let count = c.0;
-            return Err(ConnectionDenied::new(IpLimitExceeded {
-                ip,
-                count,
-                limit: self.max_per_ip,
-                what: "pending",
-            }));
-        }
-        c.0 += 1;
-        self.pending.insert(id, ip);
+        self.admit(src, false).map_err(ConnectionDenied::new)?;
+        self.pending.insert(id, src);
         Ok(())
     }
 
@@ -136,24 +189,11 @@ impl NetworkBehaviour for IpLimits {
         remote: &Multiaddr,
     ) -> Result<THandler<Self>, ConnectionDenied> {
         self.release(id);
-        let Some(ip) = self.ip_to_limit(remote) else {
+        let Some(src) = self.source_to_limit(remote) else {
             return Ok(dummy::ConnectionHandler);
         };
-        let c = self.counts.entry(ip).or_default();
-        if c.1 >= self.max_per_ip {
-            let count = c.1;
-            if *c == (0, 0) {
-                self.counts.remove(&ip);
-            }
-            return Err(ConnectionDenied::new(IpLimitExceeded {
-                ip,
-                count,
-                limit: self.max_per_ip,
-                what: "established",
-            }));
-        }
-        c.1 += 1;
-        self.established.insert(id, ip);
+        self.admit(src, true).map_err(ConnectionDenied::new)?;
+        self.established.insert(id, src);
         Ok(dummy::ConnectionHandler)
     }
 
@@ -198,6 +238,37 @@ mod tests {
 
     fn addr(ip: &str) -> Multiaddr {
         format!("/ip4/{ip}/tcp/4001").parse().unwrap()
+    }
+
+    fn addr6(ip: &str) -> Multiaddr {
+        format!("/ip6/{ip}/tcp/4001").parse().unwrap()
+    }
+
+    /// Pending connections admitted from `addrs` in turn, each with a fresh id.
+    fn admitted(l: &mut IpLimits, addrs: &[Multiaddr]) -> usize {
+        let local = addr("10.0.0.1");
+        let ids = (1000..).map(ConnectionId::new_unchecked);
+        addrs
+            .iter()
+            .zip(ids)
+            .filter(|(a, id)| l.handle_pending_inbound_connection(*id, &local, a).is_ok())
+            .count()
+    }
+
+    /// Fresh addresses of one /24, or of one IPv6 /64, count against one network's or one
+    /// host's cap; other networks are not affected.
+    #[test]
+    fn caps_networks_and_ipv6_hosts() {
+        let mut l = IpLimits::new(2, true);
+        let one_24: Vec<Multiaddr> = (2..40).map(|i| addr(&format!("10.1.2.{i}"))).collect();
+        assert_eq!(admitted(&mut l, &one_24), 2 * NET_FACTOR as usize, "per /24");
+        assert_eq!(admitted(&mut l, &[addr("10.1.3.2")]), 1, "the next /24 is its own");
+        let one_64: Vec<Multiaddr> =
+            (1..20).map(|i| addr6(&format!("2001:db8:0:1::{i:x}"))).collect();
+        assert_eq!(admitted(&mut l, &one_64), 2, "a /64 is one host");
+        let one_48: Vec<Multiaddr> =
+            (1..40).map(|i| addr6(&format!("2001:db8:0:{i:x}::1"))).collect();
+        assert_eq!(admitted(&mut l, &one_48), 2 * NET_FACTOR as usize - 2, "per /48");
     }
 
     #[test]
