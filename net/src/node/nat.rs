@@ -6,6 +6,7 @@
 //! over the direct link and a relay only carries the pairs no punch could connect.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::BuildHasher;
 
 use libp2p::core::transport::ListenerId;
 use libp2p::core::ConnectedPoint;
@@ -30,6 +31,9 @@ pub(super) struct NatState {
     conns: HashMap<ConnectionId, Conn>,
     /// Connected peers that serve circuit relay v2, with an address that reaches them.
     candidates: BTreeMap<PeerId, Multiaddr>,
+    /// Orders relay candidates by a hash keyed at random in each process: a relay cannot
+    /// grind an id that every peer, or one victim, prefers (lowest ids did before).
+    rank: std::hash::RandomState,
     /// Our circuit listeners (one per relay asked for a reservation).
     listeners: HashMap<ListenerId, PeerId>,
     /// Relays that accepted our reservation.
@@ -118,13 +122,10 @@ impl EventLoop {
                 .cloned()
         });
         let Some(addr) = addr else { return };
-        if self.nat.candidates.len() >= MAX_RELAY_CANDIDATES
-            && !self.nat.candidates.contains_key(&peer)
-        {
-            return;
+        let nat = &mut self.nat;
+        if admit_candidate(&mut nat.candidates, &nat.reserved, &nat.rank, peer, addr) {
+            self.ensure_reservations();
         }
-        self.nat.candidates.insert(peer, addr);
-        self.ensure_reservations();
     }
 
     pub(super) fn on_autonat(&mut self, event: autonat::Event) {
@@ -151,14 +152,15 @@ impl EventLoop {
             return;
         }
         let asked: BTreeSet<PeerId> = self.nat.listeners.values().copied().collect();
-        let fresh: Vec<(PeerId, Multiaddr)> = self
+        let mut fresh: Vec<(PeerId, Multiaddr)> = self
             .nat
             .candidates
             .iter()
             .filter(|(p, _)| !asked.contains(p) && self.swarm.is_connected(p))
             .map(|(p, a)| (*p, a.clone()))
-            .take(MAX_RESERVATIONS.saturating_sub(asked.len()))
             .collect();
+        fresh.sort_by_key(|(p, _)| self.nat.rank.hash_one(p));
+        fresh.truncate(MAX_RESERVATIONS.saturating_sub(asked.len()));
         for (relay, addr) in fresh {
             let mut circuit = addr;
             if matches!(circuit.iter().last(), Some(Protocol::P2p(_))) {
@@ -267,6 +269,32 @@ impl EventLoop {
     }
 }
 
+/// Adds relay `peer` to `candidates`, bounded by [`MAX_RELAY_CANDIDATES`]: when full, it
+/// replaces the worst-ranked candidate that holds no reservation of ours, if it ranks
+/// better, so the first relays to connect cannot hold every slot. Returns whether it was
+/// added (or its address updated).
+fn admit_candidate(
+    candidates: &mut BTreeMap<PeerId, Multiaddr>,
+    reserved: &BTreeSet<PeerId>,
+    rank: &std::hash::RandomState,
+    peer: PeerId,
+    addr: Multiaddr,
+) -> bool {
+    if candidates.len() >= MAX_RELAY_CANDIDATES && !candidates.contains_key(&peer) {
+        let worst = candidates
+            .keys()
+            .filter(|p| !reserved.contains(p))
+            .copied()
+            .max_by_key(|p| rank.hash_one(p));
+        match worst {
+            Some(w) if rank.hash_one(peer) < rank.hash_one(w) => candidates.remove(&w),
+            _ => return false,
+        };
+    }
+    candidates.insert(peer, addr);
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -278,5 +306,28 @@ mod tests {
         let circuit = direct.clone().with(Protocol::P2p(relay)).with(Protocol::P2pCircuit);
         assert!(!is_relayed(&direct));
         assert!(is_relayed(&circuit));
+    }
+
+    /// However many relays connect, and in whatever order, the candidates kept are the
+    /// best-ranked by this process's random key (not the lowest ids, which can be ground),
+    /// and a relay holding our reservation is never displaced.
+    #[test]
+    fn relay_candidates_are_the_best_ranked_not_the_first_or_lowest() {
+        let rank = std::hash::RandomState::new();
+        let addr: Multiaddr = "/ip4/10.0.0.1/tcp/1".parse().unwrap();
+        let mut candidates = BTreeMap::new();
+        let reserved_one = PeerId::random();
+        let reserved = BTreeSet::from([reserved_one]);
+        assert!(admit_candidate(&mut candidates, &reserved, &rank, reserved_one, addr.clone()));
+        let others: Vec<PeerId> = (0..200).map(|_| PeerId::random()).collect();
+        for p in &others {
+            admit_candidate(&mut candidates, &reserved, &rank, *p, addr.clone());
+        }
+        let mut best = others.clone();
+        best.sort_by_key(|p| rank.hash_one(p));
+        best.truncate(MAX_RELAY_CANDIDATES - 1);
+        best.push(reserved_one);
+        best.sort();
+        assert_eq!(candidates.keys().copied().collect::<Vec<_>>(), best);
     }
 }
