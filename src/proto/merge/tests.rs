@@ -165,3 +165,21 @@ fn a_pair_pointing_apart_moves_nothing() {
     let out = combine(&spec(false), &inputs(&together), MergeRule::Rda, &bounds);
     assert_eq!(out.agreement, vec![1.0, 1.0]);
 }
+
+/// A −10× copy of one honest delta among two honest ones that point apart in one tensor:
+/// held against the others, neither the copy nor its victim agrees, so the copy cannot
+/// take the merge (with itself in its reference, the copy kept its whole weight and the
+/// victim lost its own).
+#[test]
+fn a_reversed_copy_among_three_earns_nothing() {
+    let bounds = Bounds { agree: true, ..B };
+    let h1 = vec![0.7, -0.1, 0.5, -1.0, -0.1];
+    let h2 = vec![0.4, -0.5, 0.9, 0.8, -0.9];
+    let copy: Vec<f32> = h1.iter().map(|v| -10.0 * v).collect();
+    for vals in [vec![h1.clone(), h2.clone(), copy.clone()], vec![copy.clone(), h2, h1]] {
+        let a = combine(&spec(false), &inputs(&vals), MergeRule::Mean, &bounds).agreement;
+        let copy_at = vals.iter().position(|v| *v == copy).unwrap();
+        assert_eq!(a[copy_at], 0.0, "the copy earned weight: {a:?}");
+        assert!(a.contains(&1.0), "an uninvolved delta keeps its weight: {a:?}");
+    }
+}
