@@ -41,3 +41,25 @@ fn peers_with_different_manifests_refuse_each_other_and_say_why() {
         assert!(s.running, "{} is not running: {s:?}", p.name);
     }
 }
+
+/// `--model` names the model of a new run: a run dir that holds a run of another model
+/// is refused with the reason, before the peer joins anything.
+#[test]
+fn a_run_dir_of_another_model_refuses_a_preset() {
+    let tmp = common::test_dir("preset-");
+    let dir = tmp.path().join("peer");
+    std::fs::create_dir_all(&dir).unwrap();
+    write_manifest(
+        dir.join(atoll::manifest::FILE_NAME),
+        &tiny_manifest("preset", TrainConfig::tiny(1)),
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_atoll"))
+        .args(["run", "--model", "small", "--steps", "1", "--listen", "/ip4/127.0.0.1/tcp/0"])
+        .arg("--run-dir")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "started anyway: {stderr}");
+    assert!(stderr.contains("--model small applies to a new run only"), "{stderr}");
+}

@@ -95,10 +95,21 @@ fn net_config(args: &Args) -> anyhow::Result<NetConfig> {
 /// The manifest of this peer: `--config`, else the run dir's, else the default run.
 /// A run dir that already holds another manifest is refused with the difference.
 fn resolve_manifest(args: &Args, corpus: &atoll::data::Corpus) -> anyhow::Result<Manifest> {
-    let default = || {
-        Manifest::new(&args.run_name, TrainConfig::default(), corpus, manifest::default_protocol())
-    };
-    Ok(known_manifest(args, Some(&default))?.unwrap_or_else(default))
+    let train = args.model.unwrap_or_default().train_config(TrainConfig::default().seed);
+    let default =
+        || Manifest::new(&args.run_name, train.clone(), corpus, manifest::default_protocol());
+    let manifest = known_manifest(args, Some(&default))?.unwrap_or_else(default);
+    if let Some(preset) = args.model.filter(|_| manifest.train.model != train.model) {
+        bail!(
+            "{} holds a run of another model ({} parameters); --model {} applies to a new run \
+             only: use a fresh run dir",
+            args.run_dir.display(),
+            manifest.train.model.num_params(),
+            clap::ValueEnum::to_possible_value(&preset)
+                .map_or_else(String::new, |v| v.get_name().to_owned())
+        );
+    }
+    Ok(manifest)
 }
 
 /// The manifest of `--config` or of the run dir (else `default`'s, if given), checked
@@ -136,6 +147,7 @@ async fn train(args: Args) -> anyhow::Result<()> {
     let mut net = net_config(&args)?;
     let corpus = super::train::load_corpus(args.data.as_deref())?;
     let manifest = resolve_manifest(&args, &corpus)?;
+    atoll::model::preset::check_machine(&manifest.train, 1)?;
     net.allow = manifest.allowed()?;
     if let Some(allow) = &net.allow {
         let me = atoll_net::PeerId::from(net.keypair.public());

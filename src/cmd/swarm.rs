@@ -10,9 +10,9 @@ use atoll::data::Corpus;
 use atoll::fleet::{self, Process, Spec};
 use atoll::fragment::FragmentPlan;
 use atoll::manifest::{self, Manifest};
+use atoll::model::preset::Preset;
 use atoll::rundir::anchors;
 use atoll::rundir::status;
-use atoll::train::TrainConfig;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 /// The swarm name of local swarm runs.
@@ -30,6 +30,9 @@ pub struct RunArgs {
     /// Use this run manifest instead of the default one (its `epoch_unix_ms` is reset).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Model size of the default run (a `--config` manifest names its own model).
+    #[arg(long, value_enum, conflicts_with = "config")]
+    pub model: Option<Preset>,
     /// CPU backend of every peer.
     #[arg(long, default_value = "flex")]
     pub backend: Backend,
@@ -60,15 +63,17 @@ impl RunArgs {
     /// The corpus and the run manifest (see [`manifest`]).
     pub fn open(&self, decay_steps: Option<u64>) -> anyhow::Result<(Corpus, Manifest)> {
         let corpus = super::train::load_corpus(self.data.as_deref())?;
-        let manifest = manifest(self.config.as_deref(), self.seed, decay_steps, &corpus)?;
+        let preset = self.model.unwrap_or_default();
+        let manifest = manifest(self.config.as_deref(), preset, self.seed, decay_steps, &corpus)?;
         Ok((corpus, manifest))
     }
 }
 
-/// The run manifest of a local swarm: `config`, or the default one with `seed` and, if
-/// given, a learning-rate decay over `decay_steps`; its epoch is set to now.
+/// The run manifest of a local swarm: `config`, or the default one of `preset` with `seed`
+/// and, if given, a learning-rate decay over `decay_steps`; its epoch is set to now.
 pub fn manifest(
     config: Option<&Path>,
+    preset: Preset,
     seed: u64,
     decay_steps: Option<u64>,
     corpus: &Corpus,
@@ -76,7 +81,7 @@ pub fn manifest(
     let mut manifest = match config {
         Some(path) => Manifest::load(path)?,
         None => {
-            let mut train = TrainConfig { seed, ..TrainConfig::default() };
+            let mut train = preset.train_config(seed);
             if let Some(steps) = decay_steps {
                 train.schedule.decay_steps = steps.max(1);
             }

@@ -8,6 +8,7 @@ use atoll::backend::Backend;
 use atoll::checkpoint;
 use atoll::data::{Corpus, Shard};
 use atoll::metrics::{bits_per_byte, MetricsLog, MetricsRecord};
+use atoll::model::preset::{self, Preset};
 use atoll::train::{TrainConfig, Trainer};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -45,6 +46,9 @@ pub struct Args {
 /// Model and optimizer settings (defaults are the shared default of `train` and the swarm).
 #[derive(Debug, Clone, clap::Args)]
 pub struct Hyper {
+    /// Model size: the whole configuration the flags below adjust.
+    #[arg(long, value_enum, default_value_t)]
+    pub model: Preset,
     /// Windows per batch.
     #[arg(long)]
     pub batch: Option<usize>,
@@ -69,15 +73,17 @@ pub struct Hyper {
 }
 
 impl Hyper {
-    /// The default config with these overrides; `steps` sets the cosine horizon.
+    /// The preset's config with these overrides; `steps` sets the cosine horizon.
     pub fn config(&self, seed: u64, steps: u64) -> TrainConfig {
-        let mut c = TrainConfig { seed, ..TrainConfig::default() };
+        let mut c = self.model.train_config(seed);
         c.schedule.decay_steps = steps.max(1);
         c.batch = self.batch.unwrap_or(c.batch);
         c.schedule.peak = self.lr.unwrap_or(c.schedule.peak);
         c.model.context = self.context.unwrap_or(c.model.context);
-        c.model.d_model = self.d_model.unwrap_or(c.model.d_model);
-        c.model.d_ff = 4 * c.model.d_model;
+        if let Some(d) = self.d_model {
+            c.model.d_model = d;
+            c.model.d_ff = 4 * d;
+        }
         c.model.n_layers = self.layers.unwrap_or(c.model.n_layers);
         c.model.n_heads = self.heads.unwrap_or(c.model.n_heads);
         c.val_every = self.val_every.unwrap_or(c.val_every);
@@ -104,6 +110,7 @@ pub fn main(args: Args) -> anyhow::Result<()> {
         ckpt.into_trainer(&corpus)?
     } else {
         let config = args.hyper.config(args.seed, args.steps);
+        preset::check_machine(&config, 1)?;
         Trainer::new(config, args.backend, &corpus, args.shard)?
     };
     let params = burn::module::Module::num_params(trainer.model());

@@ -36,6 +36,10 @@ pub struct Args {
     /// on the embedded corpus (or --data).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Model size of a new default run (a manifest from --config, --join or the run dir
+    /// names its own model).
+    #[arg(long, value_enum, conflicts_with_all = ["config", "join"])]
+    pub model: Option<atoll::model::preset::Preset>,
     /// Train until this many inner steps in total, then merge until the swarm is quiet.
     #[arg(long, conflicts_with = "duration")]
     pub steps: Option<u64>,

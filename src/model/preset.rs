@@ -1,0 +1,202 @@
+//! Named model sizes (`--model`) and what each needs in memory.
+//!
+//! A preset is a whole training configuration — shape, batch, inner learning rate — so a
+//! new run is one word; the manifest records the expanded numbers, never the name, so a
+//! preset retuned later cannot change a running swarm's model.
+
+use super::{ModelConfig, VOCAB_SIZE};
+use crate::train::TrainConfig;
+
+/// A named model size. The parameter counts are checked against the built model by the
+/// tests below.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Preset {
+    /// 26k parameters, context 16: the test suite's model; seconds per run.
+    Tiny,
+    /// 0.67M parameters, context 64: the default; a 4-peer demo in about a minute on 2 cores.
+    #[default]
+    Default,
+    /// 4.9M parameters, context 128: a spare desktop (about 0.4 GB per peer).
+    Small,
+    /// 25.6M parameters, context 256: a workstation with 4+ cores (about 2 GB per peer).
+    Base,
+}
+
+impl Preset {
+    /// The training configuration of this preset with `seed`.
+    pub fn train_config(self, seed: u64) -> TrainConfig {
+        let shaped = |d: usize, layers: usize, heads: usize, context: usize, peak: f64| {
+            let mut c = TrainConfig { seed, ..TrainConfig::default() };
+            c.model = ModelConfig::new()
+                .with_d_model(d)
+                .with_n_layers(layers)
+                .with_n_heads(heads)
+                .with_d_ff(4 * d)
+                .with_context(context);
+            // The default's swept rate (8e-3 at width 128) scaled as 1/width, as is usual for
+            // Adam on wider hidden layers; not swept at these sizes.
+            c.schedule.peak = peak;
+            c
+        };
+        match self {
+            Self::Tiny => TrainConfig::tiny(seed),
+            Self::Default => TrainConfig { seed, ..TrainConfig::default() },
+            Self::Small => shaped(256, 6, 8, 128, 4e-3),
+            Self::Base => shaped(512, 8, 8, 256, 2e-3),
+        }
+    }
+}
+
+impl ModelConfig {
+    /// Number of trainable parameters (what burn's `num_params` counts for [`super::Lm`]).
+    pub fn num_params(&self) -> u64 {
+        let (d, ff) = (self.d_model as u64, self.d_ff as u64);
+        let vocab = VOCAB_SIZE as u64;
+        let attention = 4 * (d * d + d);
+        let feed_forward = d * ff + ff + ff * d + d;
+        let norms = 2 * 2 * d;
+        let blocks = self.n_layers as u64 * (attention + feed_forward + norms);
+        let embeddings = (vocab + self.context as u64) * d;
+        embeddings + blocks + 2 * d + d * vocab + vocab
+    }
+}
+
+/// Peak resident memory of one training peer of `c`, in bytes, estimated from the shape:
+/// 48 bytes per parameter (weights, gradients, AdamW's two moments, the fragment anchors
+/// and outer momentum, a snapshot for the delta, a held delta or two), the activations
+/// autodiff keeps for one batch (per token and block: 12 × width floats plus 3 × heads ×
+/// context attention scores), and 48 MiB for the process. Against measured peaks of
+/// `atoll train` (bench/RESULTS.md, "Model presets"): 62 / 340 / 1822 MiB measured for
+/// default / small / base, 92 / 416 / 1988 MiB estimated.
+pub fn memory_estimate(c: &TrainConfig) -> u64 {
+    let m = &c.model;
+    let token_blocks = (c.batch * m.context * m.n_layers) as u64;
+    let per_token_block = 4 * (12 * m.d_model + 3 * m.n_heads * m.context) as u64;
+    48 * m.num_params() + token_blocks * per_token_block + (48 << 20)
+}
+
+/// The model needs more memory than the machine has.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error(
+    "this model ({params} parameters) needs about {need_mib} MiB per peer, {total_mib} MiB \
+     for {peers} peer(s), and this machine has {available_mib} MiB available: pick a \
+     smaller --model, or fewer peers"
+)]
+pub struct TooLarge {
+    pub params: u64,
+    pub need_mib: u64,
+    pub total_mib: u64,
+    pub peers: u64,
+    pub available_mib: u64,
+}
+
+/// Refuses to start `peers` peers of `c` on a machine with `available` bytes free.
+pub fn check_fits(c: &TrainConfig, peers: u64, available: u64) -> Result<(), TooLarge> {
+    let need = memory_estimate(c);
+    let total = need.saturating_mul(peers);
+    if total <= available {
+        return Ok(());
+    }
+    Err(TooLarge {
+        params: c.model.num_params(),
+        need_mib: need >> 20,
+        total_mib: total >> 20,
+        peers,
+        available_mib: available >> 20,
+    })
+}
+
+/// The memory this machine has available for new processes (`MemAvailable` of
+/// /proc/meminfo), or `None` where that cannot be read (not Linux): then nothing is
+/// refused up front.
+pub fn available_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    parse_mem_available(&info)
+}
+
+fn parse_mem_available(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find_map(|l| l.strip_prefix("MemAvailable:"))?;
+    let mut words = line.split_whitespace();
+    let kib: u64 = words.next()?.parse().ok()?;
+    (words.next() == Some("kB")).then_some(kib.saturating_mul(1024))
+}
+
+/// [`check_fits`] against this machine's available memory, if known.
+pub fn check_machine(c: &TrainConfig, peers: u64) -> Result<(), TooLarge> {
+    match available_memory() {
+        Some(available) => check_fits(c, peers, available),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Lm;
+    use burn::module::Module;
+    use clap::ValueEnum;
+
+    /// The counting formula is burn's count, and each preset's help states its count.
+    #[test]
+    fn presets_state_their_parameter_counts() {
+        let device = Default::default();
+        for preset in Preset::value_variants() {
+            let c = preset.train_config(0);
+            assert_eq!(c.validate().map_err(|e| e.to_string()), Ok(()), "{preset:?}");
+            let n = c.model.num_params();
+            if n < 10_000_000 {
+                let lm: Lm = c.model.init(&device);
+                assert_eq!(n, lm.num_params() as u64, "{preset:?}");
+            }
+            let help = preset.to_possible_value().unwrap().get_help().unwrap().to_string();
+            let stated = if n < 100_000 {
+                format!("{}k parameters", (n as f64 / 1e3).round())
+            } else {
+                format!("{:.2}M parameters", n as f64 / 1e6)
+            };
+            let stated_short = format!("{:.1}M parameters", n as f64 / 1e6);
+            assert!(
+                help.starts_with(&stated) || help.starts_with(&stated_short),
+                "{preset:?}: help says {help:?}, the model has {n} ({stated} / {stated_short})"
+            );
+        }
+        // The base preset's shape is the one issue 24 measured (25M).
+        assert_eq!(Preset::Base.train_config(0).model.num_params(), 25_613_568);
+    }
+
+    #[test]
+    fn presets_grow_and_default_is_the_default_run() {
+        let sizes: Vec<u64> =
+            Preset::value_variants().iter().map(|p| p.train_config(0).model.num_params()).collect();
+        assert!(sizes.windows(2).all(|w| w[0] < w[1]), "{sizes:?}");
+        assert_eq!(
+            Preset::default().train_config(3),
+            TrainConfig { seed: 3, ..Default::default() }
+        );
+    }
+
+    #[test]
+    fn a_machine_too_small_is_refused_with_the_numbers() {
+        let base = Preset::Base.train_config(0);
+        let need = memory_estimate(&base);
+        assert_eq!(check_fits(&base, 1, need), Ok(()));
+        let err = check_fits(&base, 4, 3 * need).unwrap_err();
+        assert_eq!((err.peers, err.total_mib), (4, (4 * need) >> 20));
+        let msg = err.to_string();
+        assert!(msg.contains("25613568 parameters") && msg.contains("--model"), "{msg}");
+        // The estimate stays within 1.1–1.5× of the measured peaks it documents.
+        let mib = |p: Preset| memory_estimate(&p.train_config(0)) >> 20;
+        assert!((64..=96).contains(&mib(Preset::Default)), "{}", mib(Preset::Default));
+        assert!((340..=520).contains(&mib(Preset::Small)), "{}", mib(Preset::Small));
+        assert!((1822..=2800).contains(&mib(Preset::Base)), "{}", mib(Preset::Base));
+    }
+
+    #[test]
+    fn mem_available_is_read_or_ignored() {
+        let info = "MemTotal:       24000000 kB\nMemAvailable:   1000 kB\n";
+        assert_eq!(parse_mem_available(info), Some(1_024_000));
+        assert_eq!(parse_mem_available("MemTotal: 5 kB\n"), None);
+        assert_eq!(parse_mem_available("MemAvailable: lots\n"), None);
+        assert_eq!(parse_mem_available("MemAvailable: 5 MB\n"), None);
+    }
+}
