@@ -347,5 +347,6 @@ fn an_author_gets_its_delta_in_however_many_copiers_announced_first() {
     assert_eq!(caught, 8, "every copier whose claim was checked is caught");
 }
 
+mod agreement;
 mod attacks;
 mod states;
