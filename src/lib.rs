@@ -40,6 +40,7 @@ pub mod manifest;
 pub mod metrics;
 pub mod model;
 pub mod node;
+pub mod peer;
 pub mod proto;
 pub mod rundir;
 pub mod sample;

@@ -53,23 +53,14 @@ use crate::backend::Backend;
 use crate::data::{Corpus, Shard};
 
 use crate::manifest::{Manifest, RunId};
-use crate::proto::{Millis, Offence, PeerId, Protocol, Timer};
+use crate::peer::Peer;
+use crate::proto::{Millis, Offence, PeerId, Timer};
 use crate::rundir::ledger;
 use crate::rundir::status::{self, TrainingStatus};
 use worker::{ToWorker, WorkerSetup};
 
 /// How often `status.json` is rewritten (training and `--no-train` peers alike).
 const STATUS_PERIOD: Duration = Duration::from_millis(500);
-/// A trained peer considers the swarm quiet when no fragment changed for a whole period
-/// plus the grace cap plus this margin (every fragment then had a round with nothing to
-/// merge), and never less than [`QUIET_MIN_MS`] (peers that start later get their turn).
-const QUIET_MARGIN_MS: u64 = 1_000;
-const QUIET_MIN_MS: u64 = 5_000;
-/// How long after a run peer connects this peer announces its states again for it: soon
-/// (its gossip subscription comes with its first message, so it is usually there by then),
-/// and once more later for a subscription that came late (slow links).
-const REANNOUNCE_SOON_MS: u64 = 150;
-const REANNOUNCE_LATE_MS: u64 = 1_000;
 /// Most offenders whose offences were logged (one line per offender and offence).
 const MAX_REPORTED: usize = 4096;
 
@@ -205,8 +196,7 @@ async fn serve<N: Network>(
         run_id: opts.manifest.run_id(),
         manifest: opts.manifest.clone(),
         net,
-        proto,
-        period,
+        peer: Peer::new(proto, period, late.then_some(clock)),
         timers: BinaryHeap::new(),
         peers: HashMap::new(),
         fetches: fetches::Fetches::default(),
@@ -229,13 +219,8 @@ async fn serve<N: Network>(
             ..TrainingStatus::default()
         },
         beacon: heartbeats::Beacon::new(status::unix_ms()),
-        last_change: 0,
-        finishing: false,
         started_unix_ms,
-        reannounce_at: None,
-        reannounce_late: None,
         allow: opts.net.allow.clone(),
-        holding: late.then_some(clock + period * 2 + QUIET_MARGIN_MS),
         board: opts.board.clone(),
     };
     if late {
@@ -264,8 +249,8 @@ struct Loop<N> {
     run_id: RunId,
     manifest: Manifest,
     net: N,
-    proto: Protocol,
-    period: Millis,
+    /// The protocol core and every decision around it (I/O-free).
+    peer: Peer,
     timers: BinaryHeap<Reverse<(Millis, Timer)>>,
     /// libp2p ids behind the protocol's peer ids.
     peers: HashMap<PeerId, atoll_net::PeerId>,
@@ -281,16 +266,7 @@ struct Loop<N> {
     reported: HashSet<(PeerId, Offence)>,
     to_worker: mpsc::Sender<ToWorker>,
     status: TrainingStatus,
-    /// Last time (run timeline) a fragment state changed or training advanced.
-    last_change: Millis,
-    finishing: bool,
     started_unix_ms: u64,
-    /// Until when (run timeline) a late joiner waits for the swarm's anchors before its
-    /// first step; `None` once it trains.
-    holding: Option<Millis>,
-    /// When to announce our states again for peers that joined, and once more after that.
-    reannounce_at: Option<Millis>,
-    reannounce_late: Option<Millis>,
     /// The run's allow list (`None`: an open run).
     allow: Option<HashSet<atoll_net::PeerId>>,
     /// Our heartbeats and the table of the run's peers from theirs.

@@ -2,7 +2,8 @@
 //! (DESIGN.md §3.5, STYLE.md habit 6).
 //!
 //! N peers with seeded speeds, clock skews, latency, upload bandwidth, loss, partitions,
-//! crashes and restarts, each running an unmodified [`Protocol`] (some of them hostile,
+//! crashes and restarts, each running an unmodified [`Peer`] — the protocol core and the
+//! decisions around it that the node runs too (some of them hostile,
 //! [`byzantine`]); training is a noisy quadratic ([`trainer`]). Everything random comes
 //! from one seed, events at equal times run in insertion order, and nothing reads a clock,
 //! so a run replays exactly from its seed: tests take it from the `SEED` environment
@@ -17,6 +18,7 @@ pub mod trainer;
 
 use crate::delta::ContentHash;
 use crate::fragment::FragmentPlan;
+use crate::peer::Peer;
 use crate::proto::{self, Event, FragmentState, PeerId, Protocol, Settings};
 use byzantine::Hostiles;
 use net::Net;
@@ -41,10 +43,14 @@ enum Ev {
     /// The trainer of `peer` reaches the end of its current inner step and takes the
     /// snapshot the protocol asked for (a slow peer answers late, as a real one would).
     Snapshot { peer: usize, inc: u32, fragment: usize, round: u64 },
+    /// `peer`'s clock decides something ([`Peer::poll`]).
+    Poll { peer: usize, inc: u32 },
+    /// The trainer of `peer` takes its last inner step ([`SimConfig::step_target`]).
+    Trained { peer: usize, inc: u32 },
 }
 
 struct Slot {
-    proto: Option<Protocol>,
+    peer: Option<Peer>,
     trainer: Trainer,
     /// Bumped on crash and restart; events for older incarnations are dropped.
     inc: u32,
@@ -53,6 +59,23 @@ struct Slot {
     snap_steps: Vec<u64>,
     /// The states saved at the crash (the checkpoint a restart resumes from).
     checkpoint: Vec<FragmentState>,
+    /// The trainer waits: a late joiner not yet released, or a finished peer.
+    held: bool,
+    /// When the next [`Ev::Poll`] of this peer is due (`None`: none queued).
+    poll_at: Option<u64>,
+    /// What the peer's life brought: its release and its finish.
+    life: Life,
+}
+
+/// When a peer was released and finished, in simulation time.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Life {
+    /// Its release as a late joiner: time, reason, and the inner steps taken before it.
+    pub released: Option<(u64, crate::peer::Release, u64)>,
+    /// When its trainer reached the step target.
+    pub trained_at: Option<u64>,
+    /// When it finished, and its anchors then (fragment by fragment, concatenated).
+    pub finished: Option<(u64, Vec<f32>)>,
 }
 
 /// A running simulation.
@@ -72,6 +95,8 @@ pub struct Sim {
     pub bytes: Vec<Bytes>,
     pub lineages: Option<Lineages>,
     byz: Hostiles,
+    /// The run's initial parameters (what a fresh joiner starts from).
+    init: Vec<f32>,
 }
 
 impl std::fmt::Debug for Sim {
@@ -93,6 +118,7 @@ pub enum SimError {
 }
 
 mod drive;
+mod lifecycle;
 
 impl Sim {
     pub fn new(cfg: SimConfig) -> Result<Self, SimError> {
@@ -134,6 +160,7 @@ impl Sim {
             now: 0,
             stats: Stats::default(),
             lineages,
+            init,
         };
         for i in 0..sim.slots.len() {
             sim.start_peer(i);
@@ -155,11 +182,11 @@ impl Sim {
     }
 
     pub fn is_alive(&self, i: usize) -> bool {
-        self.slots[i].proto.is_some()
+        self.slots[i].peer.is_some()
     }
 
     pub fn protocol(&self, i: usize) -> Option<&Protocol> {
-        self.slots[i].proto.as_ref()
+        self.slots[i].peer.as_ref().map(Peer::protocol)
     }
 
     /// Runs every event due up to `until` (ms).
@@ -192,7 +219,8 @@ impl Sim {
     /// Kills peer `i` now; it keeps its last states as a checkpoint.
     pub fn crash(&mut self, i: usize) {
         let slot = &mut self.slots[i];
-        if let Some(p) = slot.proto.take() {
+        if let Some(p) = slot.peer.take() {
+            let p = p.protocol();
             slot.checkpoint = (0..self.plan.len()).map(|f| p.state(f).clone()).collect();
             slot.inc += 1;
         }
@@ -200,7 +228,7 @@ impl Sim {
 
     /// Restarts peer `i` from its checkpoint; it catches up by itself.
     pub fn restart(&mut self, i: usize) -> Result<(), SimError> {
-        if self.slots[i].proto.is_some() {
+        if self.slots[i].peer.is_some() {
             return Ok(());
         }
         let seed = self.rng.random();
@@ -215,13 +243,9 @@ impl Sim {
         }
         slot.trainer.resume_at(self.now);
         slot.snap_steps = vec![slot.trainer.steps; self.plan.len()];
-        slot.proto = Some(Protocol::restore(
-            PeerId(i as u64),
-            self.settings.clone(),
-            &self.plan,
-            states,
-            seed,
-        )?);
+        let restored =
+            Protocol::restore(PeerId(i as u64), self.settings.clone(), &self.plan, states, seed)?;
+        slot.peer = Some(Peer::new(restored, self.settings.period_ms(), None));
         slot.inc += 1;
         self.start_peer(i);
         Ok(())
@@ -243,7 +267,7 @@ impl Sim {
 
     /// Live peers' state hashes of fragment `p`, in peer order.
     pub fn state_hashes(&self, p: usize) -> Vec<ContentHash> {
-        self.slots.iter().filter_map(|s| s.proto.as_ref().map(|x| x.state_hash(p))).collect()
+        self.slots.iter().filter_map(|s| Some(s.peer.as_ref()?.protocol().state_hash(p))).collect()
     }
 
     /// Number of distinct states of fragment `p` among live peers (1 = agreement).
@@ -282,7 +306,7 @@ impl Sim {
     fn anchors(&self) -> Vec<Vec<f32>> {
         self.slots
             .iter()
-            .filter_map(|s| s.proto.as_ref())
+            .filter_map(|s| s.peer.as_ref().map(Peer::protocol))
             .map(|p| (0..self.plan.len()).flat_map(|f| p.state(f).anchor.iter().copied()).collect())
             .collect()
     }
@@ -311,13 +335,17 @@ impl Setup<'_> {
         let step_ms = cfg.settings.step_ms as f64 * speed;
         let skew = if cfg.clock_skew_ms > 0 { rng.random_range(0..=cfg.clock_skew_ms) } else { 0 };
         let (lr, noise, het) = (cfg.inner_lr, cfg.noise, cfg.heterogeneity);
-        let trainer = Trainer::new(self.init.to_vec(), het, step_ms, lr, noise, 0, rng.random());
+        let mut trainer =
+            Trainer::new(self.init.to_vec(), het, step_ms, lr, noise, 0, rng.random());
+        trainer.limit = cfg.step_target;
         let initial = split(self.plan, self.offsets, self.init);
         let me = PeerId(i as u64);
         let proto = Protocol::new(me, self.settings.clone(), self.plan, initial, rng.random())?;
         let checkpoint = (0..self.plan.len()).map(|p| proto.state(p).clone()).collect();
         let snap_steps = vec![0; self.plan.len()];
-        Ok(Slot { proto: Some(proto), trainer, inc: 0, skew, snap_steps, checkpoint })
+        let peer = Some(Peer::new(proto, self.settings.period_ms(), None));
+        let (held, poll_at, life) = (false, None, Life::default());
+        Ok(Slot { peer, trainer, inc: 0, skew, snap_steps, checkpoint, held, poll_at, life })
     }
 }
 

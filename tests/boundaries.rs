@@ -1,6 +1,6 @@
 //! Boundaries the compiler does not check, checked here (ARCHITECTURE.md, "Layers"):
 //!
-//! - the protocol core (`fragment`, `delta`, `proto`, `sim`) is pure: no tokio, libp2p,
+//! - the protocol core (`fragment`, `delta`, `proto`, `peer`, `sim`) is pure: no tokio, libp2p,
 //!   atoll-net, file system, sockets, threads or wall clock;
 //! - atoll-net knows nothing of training: no burn;
 //! - the run dir's formats (`rundir`) sit below the node and the status page, and the page
@@ -30,6 +30,8 @@ const CORE: Rule = Rule {
         "src/delta",
         "src/proto.rs",
         "src/proto",
+        "src/peer.rs",
+        "src/peer",
         "src/sim.rs",
         "src/sim",
     ],

@@ -1,5 +1,6 @@
-//! The effects of the protocol core's outputs, carried out by the node: timers, snapshots
-//! and anchors for the trainer, gossip, fetch tasks (one per hash), anchors on disk, logs.
+//! The peer's effects, carried out by the node: timers, snapshots and anchors for the
+//! trainer, gossip, fetch tasks (one per hash), anchors on disk, logs, and the trainer's
+//! release and finish.
 
 use std::cmp::Reverse;
 use std::time::Duration;
@@ -10,23 +11,35 @@ use bytes::Bytes;
 use super::worker::ToWorker;
 use super::{wire, Loop, MAX_REPORTED, MAX_TASKS, SETTLE};
 use crate::delta::ContentHash;
+use crate::peer::{Effect, PeerEvent};
 use crate::proto::{Event, Message, Millis, Output, PeerId};
 use crate::rundir::status;
 
 impl<N: super::Network> Loop<N> {
-    pub(super) async fn carry_out(&mut self, outs: Vec<Output>) {
-        let mut queue = outs;
+    pub(super) async fn carry_out(&mut self, effects: Vec<Effect>) {
+        let mut queue = effects;
         queue.reverse();
-        while let Some(out) = queue.pop() {
+        while let Some(effect) = queue.pop() {
+            let out = match effect {
+                Effect::Core(out) => out,
+                Effect::Release(r) => {
+                    self.release(r).await;
+                    continue;
+                }
+                Effect::Finish { anchors } => {
+                    self.finish(anchors).await;
+                    continue;
+                }
+            };
             match out {
                 Output::SetTimer { at, timer } => self.timers.push(Reverse((at, timer))),
                 Output::Snapshot { fragment, round } => {
                     let cmd = ToWorker::Snapshot { fragment, round };
-                    if self.finishing || self.to_worker.send(cmd).await.is_err() {
+                    if self.to_worker.send(cmd).await.is_err() {
                         // No trainer any more: nothing trained since.
-                        let params = self.proto.state(fragment).anchor.clone();
+                        let params = self.peer.protocol().state(fragment).anchor.clone();
                         let ev = Event::Snapshot { fragment, round, params, tokens: 0, steps: 0 };
-                        let mut more = self.proto.handle(ev, self.now());
+                        let mut more = self.peer.handle(PeerEvent::Core(ev), self.now());
                         more.reverse();
                         queue.extend(more);
                     }
@@ -37,14 +50,11 @@ impl<N: super::Network> Loop<N> {
                 }
                 Output::CancelFetch { hash } => self.fetches.cancel(&hash),
                 Output::Apply(a) => {
-                    if !self.finishing {
-                        let _ = self.to_worker.send(ToWorker::Apply(a)).await;
-                    }
+                    let _ = self.to_worker.send(ToWorker::Apply(a)).await;
                 }
                 Output::Merged(r) => {
                     self.status.merges += 1;
                     self.disk.record_merge(status::unix_ms(), r.clone());
-                    self.last_change = self.now();
                     tracing::debug!(
                         fragment = r.fragment,
                         round = r.round,
@@ -52,7 +62,7 @@ impl<N: super::Network> Loop<N> {
                         late = r.late,
                         "merged"
                     );
-                    self.disk.save_state(self.proto.state(r.fragment).clone());
+                    self.disk.save_state(self.peer.protocol().state(r.fragment).clone());
                 }
                 Output::Skipped { fragment, round } => {
                     self.status.skipped += 1;
@@ -60,9 +70,8 @@ impl<N: super::Network> Loop<N> {
                 }
                 Output::Adopted { fragment, round, previous_round, .. } => {
                     self.status.adopted += 1;
-                    self.last_change = self.now();
                     tracing::info!(fragment, round, previous_round, "adopted the swarm's state");
-                    self.disk.save_state(self.proto.state(fragment).clone());
+                    self.disk.save_state(self.peer.protocol().state(fragment).clone());
                 }
                 Output::Misbehaved { peer, offence, detail } => {
                     *self.status.rejected.entry(offence.as_str().to_owned()).or_default() += 1;

@@ -1,7 +1,7 @@
 //! The node's event loop: one biased `select!` (STYLE 5) over a stop request, the
-//! `--duration` deadline, the trainer's reports, the protocol core's timers, re-announcements
-//! for peers that joined, network events, finished fetches and the status tick; and the
-//! status fields it refreshes from the protocol core.
+//! `--duration` deadline, the trainer's reports, the protocol core's timers, the peer's own
+//! wake-ups (re-announcements, a joiner's wait, the quiet time), network events, finished
+//! fetches and the status tick; and the status fields it refreshes from the protocol core.
 
 use std::cmp::Reverse;
 use std::time::Duration;
@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 
 use super::worker::{FromWorker, ToWorker};
 use super::{Loop, Network, NodeError, NodeReport, STATUS_PERIOD};
+use crate::peer::PeerEvent;
 use crate::proto::{Event, Millis};
 use crate::rundir::status;
 
@@ -29,23 +30,25 @@ impl<N: Network> Loop<N> {
         tokio::pin!(stop);
         let deadline = duration.map(|d| tokio::time::Instant::now() + d);
         let mut stopping = false;
-        let started = self.proto.start(self.now());
+        let started = self.peer.start(self.now());
         self.carry_out(started).await;
         self.refresh_status();
         let mut tick = tokio::time::interval(STATUS_PERIOD);
         loop {
-            // A joiner starts training the moment it holds the swarm's anchors, not at the
-            // next status tick.
-            if self.holding.is_some() {
-                self.release_if_caught_up().await;
-            }
+            // What the clock decides (a joiner's release, re-announcements, finishing once
+            // the swarm is quiet), before waiting for anything else.
+            let effects = self.peer.poll(self.now());
+            self.carry_out(effects).await;
             let next_timer = self.timers.peek().map(|Reverse((at, _))| *at);
             let sleep_ms = next_timer.map(|at| at.saturating_sub(self.now())).unwrap_or(60_000);
-            let reannounce_ms = self.reannounce_at.map(|at| at.saturating_sub(self.now()));
+            let poll_ms = self.peer.next_poll().map(|at| at.saturating_sub(self.now()).max(1));
             tokio::select! {
                 biased;
-                _ = &mut stop, if !self.finishing => self.finish().await,
-                _ = async { tokio::time::sleep_until(deadline.unwrap_or_else(tokio::time::Instant::now)).await }, if deadline.is_some() && !self.finishing && !stopping => {
+                _ = &mut stop, if !self.peer.finishing() => {
+                    let effects = self.peer.handle(PeerEvent::Stop, self.now());
+                    self.carry_out(effects).await;
+                }
+                _ = async { tokio::time::sleep_until(deadline.unwrap_or_else(tokio::time::Instant::now)).await }, if deadline.is_some() && !self.peer.finishing() && !stopping => {
                     tracing::info!("--duration reached; training stops");
                     stopping = true;
                     let _ = self.to_worker.send(ToWorker::StopTraining).await;
@@ -71,23 +74,20 @@ impl<N: Network> Loop<N> {
                     while let Some(Reverse((at, t))) = self.timers.peek().copied() {
                         if at > now { break; }
                         self.timers.pop();
-                        let outs = self.proto.handle(Event::Timer(t), now);
-                        self.carry_out(outs).await;
+                        let effects = self.peer.handle(PeerEvent::Core(Event::Timer(t)), now);
+                        self.carry_out(effects).await;
                     }
                 }
-                _ = tokio::time::sleep(Duration::from_millis(reannounce_ms.unwrap_or(0))), if reannounce_ms.is_some() => {
-                    self.reannounce_at = self.reannounce_late.take();
-                    self.announce_states().await;
-                }
+                // Wakes the loop for the peer's next poll (at the top).
+                _ = tokio::time::sleep(Duration::from_millis(poll_ms.unwrap_or(0))), if poll_ms.is_some() => {}
                 Some(ev) = events.recv() => self.on_net(ev).await,
                 Some(ev) = self.fetches.next(), if !self.fetches.is_empty() => {
                     let began = std::time::Instant::now();
-                    let outs = self.proto.handle(ev, self.now());
-                    self.carry_out(outs).await;
+                    let effects = self.peer.handle(PeerEvent::Core(ev), self.now());
+                    self.carry_out(effects).await;
                     tracing::trace!(ms = began.elapsed().as_millis(), "fetched payload handled");
                 }
                 _ = tick.tick() => {
-                    self.release_if_caught_up().await;
                     self.refresh_status();
                     self.reap();
                     if let Ok(stats) = self.net.stats().await {
@@ -97,31 +97,17 @@ impl<N: Network> Loop<N> {
                         }
                         self.disk.write_status(true, stats, self.status.clone());
                     }
-                    if self.status.trained && !self.finishing
-                        && self.now().saturating_sub(self.last_change)
-                            > self.quiet_ms()
-                    {
-                        tracing::info!("trained and the swarm is quiet; finishing");
-                        self.finish().await;
-                    }
                 }
             }
         }
     }
 
-    /// Announces the state of every fragment that has merged at least once.
-    /// Says again where this peer is (states) and what it contributed recently, so that a
-    /// newcomer can catch up and credit the voters at once instead of a period later.
-    async fn announce_states(&mut self) {
-        let outs = self.proto.reannounce(self.now());
-        self.carry_out(outs).await;
-    }
-
     fn refresh_status(&mut self) {
-        let p = self.proto.settings().raw().fragments;
-        self.status.round = (0..p).map(|i| self.proto.state(i).round).collect();
-        self.status.anchor_hashes = (0..p).map(|i| self.proto.state_hash(i).to_string()).collect();
-        let m = self.proto.metrics();
+        let proto = self.peer.protocol();
+        let p = proto.settings().raw().fragments;
+        self.status.round = (0..p).map(|i| proto.state(i).round).collect();
+        self.status.anchor_hashes = (0..p).map(|i| proto.state_hash(i).to_string()).collect();
+        let m = proto.metrics();
         self.status.refusals = m.refusals().iter().map(|&(k, n)| (k.to_owned(), n)).collect();
         self.status.nonfinite_dropped = m.nonfinite_dropped;
     }

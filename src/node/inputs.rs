@@ -5,8 +5,9 @@ use atoll_net::NetEvent;
 use atoll_net::{BlobHash, RejectReason};
 
 use super::worker::FromWorker;
-use super::{proto_peer, wire, Loop, MAX_REPORTED, REANNOUNCE_LATE_MS, REANNOUNCE_SOON_MS};
+use super::{proto_peer, wire, Loop, MAX_REPORTED};
 use crate::manifest::{Manifest, RunId};
+use crate::peer::PeerEvent;
 use crate::proto::{Event, Offence, PeerId};
 use crate::rundir::status;
 
@@ -18,22 +19,24 @@ impl<N: super::Network> Loop<N> {
         match msg {
             FromWorker::Snapshot { fragment, round, params, tokens, steps } => {
                 let ev = Event::Snapshot { fragment, round, params, tokens, steps };
-                let outs = self.proto.handle(ev, self.now());
-                self.carry_out(outs).await;
+                let effects = self.peer.handle(PeerEvent::Core(ev), self.now());
+                self.carry_out(effects).await;
             }
             FromWorker::Step { step, tokens, loss, tokens_per_s } => {
                 if self.status.join_ms.is_none() {
                     let ms = status::unix_ms().saturating_sub(self.started_unix_ms);
                     self.status.join_ms = Some(ms);
-                    let p = self.proto.settings().raw().fragments;
-                    self.status.join_rounds = (0..p).map(|i| self.proto.state(i).round).collect();
+                    let proto = self.peer.protocol();
+                    let p = proto.settings().raw().fragments;
+                    self.status.join_rounds = (0..p).map(|i| proto.state(i).round).collect();
                     tracing::info!(ms, "first inner step");
                 }
                 self.status.step = step;
                 self.status.tokens = tokens;
                 self.status.loss = Some(loss);
                 self.status.tokens_per_s = tokens_per_s;
-                self.last_change = self.now();
+                let effects = self.peer.handle(PeerEvent::Stepped, self.now());
+                self.carry_out(effects).await;
                 if let Some(b) = &self.board {
                     b.record_loss(step, f64::from(loss));
                 }
@@ -49,7 +52,8 @@ impl<N: super::Network> Loop<N> {
             FromWorker::Trained { step } => {
                 self.status.trained = true;
                 self.status.step = step;
-                self.last_change = self.now();
+                let effects = self.peer.handle(PeerEvent::Trained, self.now());
+                self.carry_out(effects).await;
                 tracing::info!(step, "training done; merging until the swarm is quiet");
             }
             FromWorker::Finished { .. } | FromWorker::Failed(_) => {}
@@ -73,8 +77,9 @@ impl<N: super::Network> Loop<N> {
                     Ok((run, msg)) if run == self.run_id.0 => {
                         let id = proto_peer(&sender);
                         self.remember_peer(id, sender);
-                        let outs = self.proto.handle(Event::Message { from: id, msg }, self.now());
-                        self.carry_out(outs).await;
+                        let ev = PeerEvent::Core(Event::Message { from: id, msg });
+                        let effects = self.peer.handle(ev, self.now());
+                        self.carry_out(effects).await;
                     }
                     Ok((run, _)) => self.on_foreign(sender, run),
                     Err(e) => {
@@ -90,11 +95,8 @@ impl<N: super::Network> Loop<N> {
             NetEvent::RunPeerJoined(p) => {
                 self.beacon.soon(status::unix_ms());
                 self.remember_peer(proto_peer(&p), p);
-                // A newcomer learns where the swarm is from state announcements; ours come
-                // once per period, so say it again (once its subscription has reached us).
-                let now = self.now();
-                self.reannounce_at.get_or_insert(now + REANNOUNCE_SOON_MS);
-                self.reannounce_late.get_or_insert(now + REANNOUNCE_LATE_MS);
+                let effects = self.peer.handle(PeerEvent::RunPeerJoined, self.now());
+                self.carry_out(effects).await;
             }
             NetEvent::RunPeerLeft(_) => {}
             NetEvent::PeerPenalised { peer, reason } => {

@@ -236,7 +236,7 @@ impl Sim {
         let Some(bytes) = self.protocol(i).and_then(|p| p.serve(&c.hash)) else { return };
         for h in 0..self.peers() {
             let Some(attack) = self.byz.attack(h) else { continue };
-            if h == i || self.slots[h].proto.is_none() {
+            if h == i || self.slots[h].peer.is_none() {
                 continue;
             }
             let me = PeerId(h as u64);

@@ -33,6 +33,9 @@ pub struct SimConfig {
     /// Hostile peers and their attacks ([`byzantine`](super::byzantine)); empty: an honest
     /// swarm.
     pub hostile: Vec<(usize, Attack)>,
+    /// Inner steps each trainer takes before it is done (then its peer merges on until the
+    /// swarm is quiet and finishes, as `atoll run --steps` does); `None`: trains for ever.
+    pub step_target: Option<u64>,
 }
 
 impl SimConfig {
@@ -76,6 +79,7 @@ impl SimConfig {
             batch_tokens: 1024,
             track_lineage: true,
             hostile: Vec::new(),
+            step_target: None,
         }
     }
 }

@@ -1,15 +1,17 @@
-//! Carrying out the protocol's outputs inside the simulation.
+//! Carrying out the peers' effects inside the simulation.
 
 use super::{gossip_len, Ev, Sim};
 use crate::delta::ContentHash;
+use crate::peer::{Effect, PeerEvent};
 use crate::proto::{Event, Output, PeerId};
 
 impl Sim {
     pub(super) fn start_peer(&mut self, i: usize) {
         let now = self.peer_now(i);
-        if let Some(p) = self.slots[i].proto.as_mut() {
-            let outs = p.start(now);
-            self.carry_out(i, outs);
+        if let Some(p) = self.slots[i].peer.as_mut() {
+            let effects = p.start(now);
+            self.carry_out(i, effects);
+            self.schedule_trained(i);
         }
     }
 
@@ -31,14 +33,17 @@ impl Sim {
                     self.feed(peer, event);
                 }
             }
+            Ev::Poll { peer, inc } if self.slots[peer].inc == inc => self.poll(peer),
+            Ev::Trained { peer, inc } if self.slots[peer].inc == inc => self.trained(peer),
+            Ev::Poll { .. } | Ev::Trained { .. } => {}
         }
     }
 
     fn feed(&mut self, i: usize, event: Event) {
         let now = self.peer_now(i);
-        let Some(p) = self.slots[i].proto.as_mut() else { return };
-        let outs = p.handle(event, now);
-        self.carry_out(i, outs);
+        let Some(p) = self.slots[i].peer.as_mut() else { return };
+        let effects = p.handle(PeerEvent::Core(event), now);
+        self.carry_out(i, effects);
     }
 
     /// The fetch contract of [`Output::Fetch`], as atoll-net keeps it: the holders in
@@ -72,9 +77,9 @@ impl Sim {
                 continue;
             };
             let bytes = self.slots[server]
-                .proto
+                .peer
                 .as_ref()
-                .and_then(|p| self.byz.serve(server, &hash).or_else(|| p.serve(&hash)));
+                .and_then(|p| self.byz.serve(server, &hash).or_else(|| p.protocol().serve(&hash)));
             match bytes {
                 Some(bytes) if bytes.len() as u64 <= max_len && ContentHash::of(&bytes) == hash => {
                     let len = bytes.len();
@@ -105,16 +110,23 @@ impl Sim {
         }
     }
 
-    /// Carries out `outs` of peer `i`.
-    fn carry_out(&mut self, i: usize, outs: Vec<Output>) {
-        for o in outs {
-            self.output(i, o);
+    /// Carries out the effects of peer `i`, then queues its next poll.
+    pub(super) fn carry_out(&mut self, i: usize, effects: Vec<Effect>) {
+        for e in effects {
+            match e {
+                Effect::Core(o) => self.output(i, o),
+                Effect::Release(r) => self.release(i, r),
+                Effect::Finish { anchors } => self.finish(i, anchors),
+            }
         }
+        self.schedule_poll(i);
     }
 
     fn snapshot(&mut self, i: usize, fragment: usize, round: u64) -> Event {
         let slot = &mut self.slots[i];
-        slot.trainer.advance(self.now, &self.problem);
+        if !slot.held {
+            slot.trainer.advance(self.now, &self.problem);
+        }
         let start = self.offsets[fragment];
         let params =
             slot.trainer.theta[start..start + self.plan.fragments[fragment].numel()].to_vec();
@@ -145,7 +157,9 @@ impl Sim {
             }
             Output::Apply(a) => {
                 let slot = &mut self.slots[i];
-                slot.trainer.advance(self.now, &self.problem);
+                if !slot.held {
+                    slot.trainer.advance(self.now, &self.problem);
+                }
                 let start = self.offsets[a.fragment];
                 slot.trainer.apply(start..start + a.anchor.len(), &a.anchor, a.alpha);
             }
@@ -190,7 +204,7 @@ impl Sim {
         let len = gossip_len(&msg);
         self.bytes[i].gossip_sent += len;
         for j in 0..self.slots.len() {
-            if j == i || self.slots[j].proto.is_none() {
+            if j == i || self.slots[j].peer.is_none() {
                 continue;
             }
             if let Some(at) = self.net.gossip(&mut self.rng, i, j, self.now) {

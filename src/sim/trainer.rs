@@ -44,6 +44,8 @@ pub struct Trainer {
     /// Simulated time up to which steps have been taken.
     clock: f64,
     pub steps: u64,
+    /// No steps beyond this many.
+    pub limit: Option<u64>,
     lr: f32,
     noise: f32,
     rng: ChaCha8Rng,
@@ -63,12 +65,16 @@ impl Trainer {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let shift =
             theta.iter().map(|_| rng.random_range(-heterogeneity..=heterogeneity)).collect();
-        Self { theta, shift, step_ms, clock: now as f64, steps: 0, lr, noise, rng }
+        Self { theta, shift, step_ms, clock: now as f64, steps: 0, limit: None, lr, noise, rng }
     }
 
     /// Takes all inner steps that fit before `now`.
     pub fn advance(&mut self, now: u64, problem: &Problem) {
         while self.clock + self.step_ms <= now as f64 {
+            if self.limit.is_some_and(|l| self.steps >= l) {
+                self.clock = now as f64;
+                return;
+            }
             self.clock += self.step_ms;
             self.steps += 1;
             for (j, t) in self.theta.iter_mut().enumerate() {
@@ -82,6 +88,11 @@ impl Trainer {
     /// Resumes at `now` without the steps a dead peer could not have taken.
     pub fn resume_at(&mut self, now: u64) {
         self.clock = now as f64;
+    }
+
+    /// When the trainer, stepping on from its clock, completes its `n`-th step.
+    pub fn time_of_step(&self, n: u64) -> u64 {
+        (self.clock + n.saturating_sub(self.steps) as f64 * self.step_ms).ceil() as u64
     }
 
     /// When the inner step running at `now` ends.

@@ -1,0 +1,227 @@
+//! The peer's policies on virtual time: a late joiner's hold, re-announcements for
+//! members that join, and finishing once the swarm is quiet.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use super::*;
+use crate::fragment::{FragmentPlan, TensorSpec};
+use crate::proto::{Message, PeerId, RawSettings, Settings};
+
+const PERIOD: Millis = 1_000;
+
+fn protocol(me: u64) -> Protocol {
+    let t = |n: &str, len: usize, emb: bool| TensorSpec {
+        name: n.into(),
+        shape: vec![len],
+        is_embedding: emb,
+    };
+    let plan =
+        FragmentPlan::new(&[t("emb", 8, true), t("a", 6, false), t("b", 4, false)], 2).unwrap();
+    let raw = RawSettings {
+        h: 10,
+        fragments: 2,
+        step_ms: 100,
+        grace_cap_ms: 100,
+        ..RawSettings::default()
+    };
+    let settings = Settings::new(raw).unwrap().with_tokens_per_step(16);
+    let init = plan.fragments.iter().map(|f| vec![0.5; f.numel()]).collect();
+    Protocol::new(PeerId(me), settings, &plan, init, me).unwrap()
+}
+
+/// A peer training alone from `from` until `until`: timers fire in order, and every
+/// snapshot is answered at once with its anchor moved a little (ten steps of progress).
+/// Returns every other effect.
+fn train_alone(p: &mut Peer, from: Millis, until: Millis) -> Vec<Effect> {
+    let mut timers = BinaryHeap::new();
+    let mut seen = Vec::new();
+    let mut now = from;
+    let mut pending = p.start(now);
+    loop {
+        for e in std::mem::take(&mut pending) {
+            match e {
+                Effect::Core(Output::SetTimer { at, timer }) => timers.push(Reverse((at, timer))),
+                Effect::Core(Output::Snapshot { fragment, round }) => {
+                    let anchor = &p.protocol().state(fragment).anchor;
+                    let params = anchor.iter().map(|v| v - 0.01).collect();
+                    let ev = Event::Snapshot { fragment, round, params, tokens: 160, steps: 10 };
+                    pending.extend(p.handle(PeerEvent::Core(ev), now));
+                }
+                other => seen.push(other),
+            }
+        }
+        if pending.is_empty() {
+            match timers.pop() {
+                Some(Reverse((at, timer))) if at <= until => {
+                    now = at;
+                    pending = p.handle(PeerEvent::Core(Event::Timer(timer)), now);
+                }
+                _ => break,
+            }
+        }
+    }
+    seen
+}
+
+fn releases(effects: &[Effect]) -> Vec<&Release> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Release(r) => Some(r),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A peer that joins a running swarm waits for the swarm's anchors, but not for ever:
+/// when nobody answers, its wait ends after two periods and a margin.
+#[test]
+fn a_late_joiner_nobody_answers_is_held_then_released() {
+    let joined = 10 * PERIOD;
+    let mut p = Peer::new(protocol(2), PERIOD, Some(joined));
+    assert!(p.holding());
+    let deadline = joined + 2 * PERIOD + QUIET_MARGIN_MS;
+    assert_eq!(p.next_poll(), Some(deadline));
+    assert!(releases(&p.poll(deadline - 1)).is_empty(), "released before its wait ended");
+    let effects = p.poll(deadline);
+    let r = releases(&effects);
+    assert_eq!(r.len(), 1);
+    assert!(!r[0].caught_up && !r[0].heard_any, "{:?}", r[0]);
+    assert!(!p.holding());
+    assert!(releases(&p.poll(deadline + 1)).is_empty(), "released twice");
+}
+
+/// A joiner is released the moment it holds the swarm's state, long before its wait ends.
+#[test]
+fn a_late_joiner_is_released_once_it_holds_the_swarms_anchors() {
+    let mut swarm = Peer::new(protocol(1), PERIOD, None);
+    let joined = 6 * PERIOD;
+    train_alone(&mut swarm, 0, joined);
+    let mut joiner = Peer::new(protocol(2), PERIOD, Some(joined));
+    let mut effects = joiner.start(joined);
+    // The swarm says again where it is (its states) and what it contributed (which the
+    // joiner fetches and verifies, crediting the swarm's vote); each fetch is answered.
+    let said: Vec<Message> = swarm
+        .protocol()
+        .reannounce(joined)
+        .into_iter()
+        .filter_map(|o| match o {
+            Output::Publish { msg, .. } => Some(msg),
+            _ => None,
+        })
+        .collect();
+    assert!(said.iter().filter(|m| matches!(m, Message::State(_))).count() == 2);
+    let mut queue: Vec<PeerEvent> = said
+        .into_iter()
+        .map(|msg| PeerEvent::Core(Event::Message { from: PeerId(1), msg }))
+        .collect();
+    queue.reverse();
+    while let Some(ev) = queue.pop() {
+        for e in joiner.handle(ev, joined + 1) {
+            match e {
+                Effect::Core(Output::Fetch { hash, .. }) => {
+                    let bytes = swarm.protocol().serve(&hash).expect("the swarm serves it");
+                    queue.push(PeerEvent::Core(Event::Fetched { from: PeerId(1), hash, bytes }));
+                }
+                other => effects.push(other),
+            }
+        }
+    }
+    let r = releases(&effects);
+    assert_eq!(r.len(), 1, "not released on holding the anchors");
+    assert!(r[0].caught_up && r[0].heard_any, "{:?}", r[0]);
+    let rounds: Vec<u64> = (0..2).map(|f| swarm.protocol().state(f).round).collect();
+    assert_eq!(r[0].rounds, rounds);
+}
+
+/// A fresh peer of a new swarm (not late) is never held.
+#[test]
+fn a_peer_on_time_is_not_held() {
+    let mut p = Peer::new(protocol(1), PERIOD, None);
+    assert!(!p.holding());
+    assert!(releases(&train_alone(&mut p, 0, 3 * PERIOD)).is_empty());
+}
+
+/// A member that joins hears our states again soon, and once more a little later.
+#[test]
+fn members_that_join_hear_our_states_again() {
+    let mut p = Peer::new(protocol(1), PERIOD, None);
+    let t = 5 * PERIOD;
+    train_alone(&mut p, 0, t);
+    assert!(p.handle(PeerEvent::RunPeerJoined, t).is_empty());
+    // A second member joining at once adds no third announcement.
+    p.handle(PeerEvent::RunPeerJoined, t + 10);
+    let states = |e: &[Effect]| {
+        e.iter()
+            .filter(|e| matches!(e, Effect::Core(Output::Publish { msg: Message::State(_), .. })))
+            .count()
+    };
+    assert_eq!(p.next_poll(), Some(t + REANNOUNCE_SOON_MS));
+    assert_eq!(states(&p.poll(t + REANNOUNCE_SOON_MS - 1)), 0);
+    assert_eq!(states(&p.poll(t + REANNOUNCE_SOON_MS)), 2);
+    assert_eq!(p.next_poll(), Some(t + REANNOUNCE_LATE_MS));
+    assert_eq!(states(&p.poll(t + REANNOUNCE_LATE_MS)), 2);
+    assert_eq!(p.next_poll(), None);
+    assert_eq!(states(&p.poll(t + 10 * PERIOD)), 0);
+}
+
+/// A trained peer merges on until nothing changed for the quiet time, then finishes once,
+/// applying its final anchors; a merge or an adoption restarts the quiet time.
+#[test]
+fn a_trained_peer_finishes_once_the_swarm_is_quiet() {
+    let mut p = Peer::new(protocol(1), PERIOD, None);
+    let t = 4 * PERIOD;
+    let merged = train_alone(&mut p, 0, t)
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Core(Output::Merged(r)) => Some(r.round),
+            _ => None,
+        })
+        .count();
+    assert!(merged > 0, "training alone merged nothing");
+    p.handle(PeerEvent::Trained, t);
+    let quiet = p.quiet_ms();
+    assert_eq!(quiet, QUIET_MIN_MS, "period 1 s + grace 0.1 s + margin is under the minimum");
+    assert_eq!(p.next_poll(), Some(t + quiet + 1));
+    let finishes = |e: &[Effect]| {
+        e.iter()
+            .filter_map(|e| match e {
+                Effect::Finish { anchors } => Some(anchors.len()),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    assert!(finishes(&p.poll(t + quiet)).is_empty(), "finished before the swarm was quiet");
+    // Training advanced (a step report): the quiet time starts again.
+    p.handle(PeerEvent::Stepped, t + quiet);
+    assert!(finishes(&p.poll(t + quiet + 1)).is_empty());
+    assert_eq!(finishes(&p.poll(t + 2 * quiet + 1)), vec![2]);
+    assert!(p.finishing());
+    assert!(finishes(&p.poll(t + 3 * quiet)).is_empty(), "finished twice");
+    assert!(finishes(&p.handle(PeerEvent::Stop, t + 3 * quiet)).is_empty());
+}
+
+/// Stopped before its target, a peer finishes at once with no anchors to apply; from then
+/// on the trainer gets no anchors and snapshots are answered with the anchor itself.
+#[test]
+fn a_stopped_peer_finishes_at_once_and_trains_no_more() {
+    let mut p = Peer::new(protocol(1), PERIOD, None);
+    let out = p.start(0);
+    let effects = p.handle(PeerEvent::Stop, 10);
+    assert!(matches!(&effects[..], [Effect::Finish { anchors }] if anchors.is_empty()));
+    // The first round opens: no snapshot goes to the trainer, no anchor comes back to it.
+    let open = out
+        .iter()
+        .find_map(|e| match e {
+            Effect::Core(Output::SetTimer { at, timer }) => Some((*at, *timer)),
+            _ => None,
+        })
+        .unwrap();
+    let effects = p.handle(PeerEvent::Core(Event::Timer(open.1)), open.0);
+    let to_trainer = effects
+        .iter()
+        .filter(|e| matches!(e, Effect::Core(Output::Snapshot { .. } | Output::Apply(_))))
+        .count();
+    assert_eq!(to_trainer, 0, "{effects:?}");
+}

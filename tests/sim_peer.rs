@@ -1,0 +1,68 @@
+//! The shipped peer's life around training, at swarm scale in the simulator (issue 20):
+//! a fresh peer that joins a running swarm trains only from the swarm's anchors, and peers
+//! with a step target merge on until the swarm is quiet, then finish alike. The decisions
+//! are `atoll::peer::Peer`'s — the node runs the same type. `SEED=n` replays a failure.
+
+use atoll::peer::QUIET_MIN_MS;
+use atoll::sim::{seed_from_env, Sim, SimConfig};
+
+/// A fresh peer joining after six cycles is held until it holds the swarm's states —
+/// no inner step on the initial weights, whose delta would pull the swarm back — and is
+/// released by catching up, not by its wait running out; then it agrees with the swarm.
+#[test]
+fn a_fresh_joiner_trains_only_from_the_swarms_anchors() {
+    let seed = seed_from_env(91);
+    let cfg = SimConfig::new(24, seed);
+    let period = cfg.settings.h * cfg.settings.step_ms;
+    let mut sim = Sim::new(cfg).unwrap();
+    let joiner = 23;
+    sim.crash(joiner);
+    sim.run_cycles(6);
+    let joined = sim.now();
+    sim.join_fresh(joiner).unwrap();
+    sim.run_cycles(3);
+    let (at, why, steps) =
+        sim.life(joiner).released.clone().expect("the joiner was never released");
+    assert!(why.caught_up && why.heard_any, "released without the swarm's states: {why:?}");
+    assert_eq!(steps, 0, "the joiner trained before it held the swarm's anchors");
+    assert!(at < joined + 2 * period, "released at {at}, joined at {joined}: its wait ran out");
+    assert!(why.rounds.iter().all(|&r| r >= 5), "released holding rounds {:?}", why.rounds);
+    sim.run_cycles(2);
+    assert!(sim.agree(), "the joiner does not agree with the swarm");
+}
+
+/// 100 peers of mixed speeds with a step target: the fast ones keep merging the slow
+/// ones' deltas, and every peer finishes only once nothing changed for the quiet time —
+/// all of them with the same final anchors.
+#[test]
+fn trained_peers_merge_on_until_the_swarm_is_quiet_then_finish_alike() {
+    let seed = seed_from_env(92);
+    let mut cfg = SimConfig::new(100, seed);
+    cfg.track_lineage = false;
+    cfg.step_target = Some(5 * cfg.settings.h);
+    let period = cfg.settings.h * cfg.settings.step_ms;
+    let mut sim = Sim::new(cfg).unwrap();
+    let all_finished = |s: &Sim| (0..s.peers()).all(|i| s.life(i).finished.is_some());
+    for _ in 0..30 {
+        if all_finished(&sim) {
+            break;
+        }
+        sim.run_cycles(1);
+    }
+    assert!(all_finished(&sim), "not every peer finished within 30 cycles");
+    let trained_last = (0..sim.peers()).filter_map(|i| sim.life(i).trained_at).max().unwrap();
+    let mut finals = Vec::new();
+    for i in 0..sim.peers() {
+        let life = sim.life(i);
+        let trained = life.trained_at.expect("finished without being trained");
+        let (finished, anchors) = life.finished.clone().unwrap();
+        // Not before its own quiet time, nor before the last trainer stopped plus a period
+        // (the slowest peer's last delta still had to be merged).
+        assert!(finished > trained + QUIET_MIN_MS, "peer {i} finished {finished} ms");
+        assert!(finished > trained_last + period, "peer {i} left while others still trained");
+        finals.push(anchors);
+    }
+    let first = &finals[0];
+    let differ = finals.iter().filter(|a| *a != first).count();
+    assert_eq!(differ, 0, "{differ} of 100 peers finished with other anchors");
+}
