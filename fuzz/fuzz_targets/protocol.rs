@@ -1,5 +1,6 @@
-//! The protocol core (`atoll::proto::Protocol`) driven as a node would drive it, by a
-//! sequence of events decoded from the input with `arbitrary`:
+//! The peer (`atoll::peer::Peer`: the protocol core and the decisions around it, the type
+//! the node runs) driven as a node would drive it, by a sequence of events decoded from
+//! the input with `arbitrary`:
 //!
 //! - the timers the core asked for, fired at or after their time (earliest first, or any);
 //! - answers to its snapshot requests, or unsolicited ones, with params that may be huge
@@ -10,10 +11,13 @@
 //!   the core's own state, or arbitrary bytes), and messages with arbitrary fields;
 //! - answers to its fetches: the announced bytes, other bytes, truncated bytes, failures;
 //! - clock moves: small steps, jumps far ahead (up to `u64::MAX`), and steps back (the
-//!   node's clock is wall time minus the epoch, so it can go back).
+//!   node's clock is wall time minus the epoch, so it can go back);
+//! - its life: members joining, trainer steps, the step target reached, a stop request,
+//!   polls of its clock; it may start as a late joiner.
 //!
-//! The core must never panic; anchors it applies and holds must stay finite and of the
-//! fragment's length.
+//! The peer must never panic; anchors it applies and holds must stay finite and of the
+//! fragment's length; it finishes at most once, releases a joiner at most once and never
+//! after finishing, and once finishing it sends the trainer nothing.
 #![no_main]
 
 use bytes::Bytes;
@@ -23,182 +27,22 @@ use std::sync::Arc;
 use arbitrary::{Arbitrary, Unstructured};
 use atoll::delta::{self, Codec, ContentHash, DeltaMeta, EncodeOptions};
 use atoll::fragment::{FragmentPlan, TensorSpec};
+use atoll::peer::{Effect, Peer, PeerEvent};
 use atoll::proto::{
     ContributionAnnounce, Event, FragmentState, MergeRule, Message, Millis, Output, PeerId,
     Protocol, RawSettings, Settings, StateAnnounce, Timer,
 };
 use libfuzzer_sys::fuzz_target;
 
+mod protocol_input;
+use protocol_input::*;
+
 const ME: PeerId = PeerId(100);
 
-#[derive(Arbitrary, Debug)]
-struct Config {
-    merge: u8,
-    codec: u8,
-    merge_lag: u8,
-    quorum: u8,
-    max_lateness: u8,
-    fetch_attempts: u8,
-    small_held: bool,
-    alpha_half: bool,
-    start: Start,
-}
-
-#[derive(Arbitrary, Debug)]
-enum Start {
-    Zero,
-    At(u32),
-    Far(u64),
-}
-
-/// A round number: near the core's current round of the fragment, or anything.
-#[derive(Arbitrary, Debug, Clone, Copy)]
-enum RoundSel {
-    Current(i8),
-    Abs(u64),
-    Max,
-}
-
-#[derive(Arbitrary, Debug, Clone, Copy)]
-enum Values {
-    Zero,
-    Small(i8),
-    Huge(bool),
-    Tiny,
-    NonFinite(u8),
-    Bits(u32),
-}
-
-#[derive(Arbitrary, Debug, Clone, Copy)]
-enum Count {
-    Small(u8),
-    Big(u64),
-    Max,
-    Zero,
-}
-
-#[derive(Arbitrary, Debug)]
-enum Op {
-    /// Fire the earliest timer (at its time, or later).
-    FireNext {
-        late: u16,
-    },
-    /// Fire any pending timer (at or after its time).
-    Fire {
-        idx: u8,
-        late: u16,
-    },
-    Advance(u16),
-    JumpAhead(u64),
-    ClockBack(u16),
-    /// Answer the oldest snapshot request.
-    Snapshot {
-        values: Values,
-        tokens: Count,
-        steps: Count,
-        idx: u8,
-    },
-    /// A snapshot nobody asked for.
-    StraySnapshot {
-        fragment: u8,
-        round: RoundSel,
-        values: Values,
-        tokens: Count,
-        steps: Count,
-        short: bool,
-    },
-    /// A peer encodes a delta and announces it.
-    Contribute {
-        from: u8,
-        author: u8,
-        fragment: u8,
-        round: RoundSel,
-        tokens: Count,
-        steps: Count,
-        values: Values,
-        codec: u8,
-        /// Header bytes overwritten after encoding (offset in the 60-byte header, value).
-        edits: Vec<(u8, u8)>,
-        /// Announcement fields that differ from the payload.
-        lie: Option<Lie>,
-        base_round: RoundSel,
-    },
-    /// A peer announces a state derived from the core's own one (or junk bytes).
-    AnnounceState {
-        from: u8,
-        fragment: u8,
-        round: RoundSel,
-        anchor: Values,
-        log: Vec<u64>,
-        junk: Option<Vec<u8>>,
-        lie_size: Option<u64>,
-    },
-    /// A message with arbitrary fields.
-    RawContribution {
-        from: u64,
-        fragment: u32,
-        round: u64,
-        size: u64,
-        tokens: u64,
-        steps: u64,
-        origin: u64,
-        base_round: u64,
-        hash: HashSel,
-    },
-    RawState {
-        from: u64,
-        fragment: u32,
-        round: u64,
-        size: u64,
-        hash: HashSel,
-    },
-    /// Answer a pending fetch with the payload the harness knows for its hash.
-    Deliver {
-        idx: u8,
-        from_other: bool,
-    },
-    /// Answer a pending fetch with other bytes.
-    DeliverJunk {
-        idx: u8,
-        bytes: Vec<u8>,
-    },
-    /// Answer a pending fetch with the right bytes cut short.
-    DeliverTruncated {
-        idx: u8,
-        keep: u16,
-    },
-    /// Answer a fetch nobody asked for.
-    DeliverUnsolicited {
-        hash: HashSel,
-    },
-    FetchFailed {
-        idx: u8,
-    },
-    Serve {
-        hash: HashSel,
-    },
-    Reannounce,
-}
-
-#[derive(Arbitrary, Debug, Clone, Copy)]
-enum Lie {
-    Round(u64),
-    Tokens(u64),
-    Steps(u64),
-    Size(u64),
-    Origin(u64),
-    Fragment(u32),
-}
-
-#[derive(Arbitrary, Debug, Clone, Copy)]
-enum HashSel {
-    Known(u8),
-    StateOf(u8),
-    Random([u8; 32]),
-}
-
 struct Harness {
-    proto: Protocol,
+    peer: Peer,
+    released: bool,
+    finished: bool,
     plan: FragmentPlan,
     now: Millis,
     timers: Vec<(Millis, Timer)>,
@@ -209,90 +53,16 @@ struct Harness {
     default_codec: Codec,
 }
 
-fn peer(x: u8) -> PeerId {
-    PeerId(u64::from(x % 8) + 1)
-}
-
-fn count(c: Count) -> u64 {
-    match c {
-        Count::Small(n) => u64::from(n),
-        Count::Big(n) => n,
-        Count::Max => u64::MAX,
-        Count::Zero => 0,
-    }
-}
-
-fn codec(x: u8, default: Codec) -> Codec {
-    match x % 4 {
-        0 => Codec::Q4,
-        1 => Codec::Q8,
-        2 => Codec::F32,
-        _ => default,
-    }
-}
-
-fn fill(v: Values, base: &[f32]) -> Vec<f32> {
-    base.iter()
-        .enumerate()
-        .map(|(i, &b)| match v {
-            Values::Zero => b,
-            Values::Small(s) => b + f32::from(s) * 0.01 * ((i % 3) as f32 - 1.0),
-            Values::Huge(neg) => {
-                if neg {
-                    -3.0e38
-                } else {
-                    3.0e38
-                }
-            }
-            Values::Tiny => b + 1e-40,
-            Values::NonFinite(k) if usize::from(k) % base.len().max(1) == i => f32::NAN,
-            Values::NonFinite(_) => b,
-            Values::Bits(bits) => f32::from_bits(bits.rotate_left(i as u32)),
-        })
-        .collect()
-}
-
 impl Harness {
     fn new(c: &Config) -> Option<Self> {
-        let t = |n: &str, len: usize, emb: bool| TensorSpec {
-            name: n.into(),
-            shape: vec![len],
-            is_embedding: emb,
-        };
-        let plan = FragmentPlan::new(
-            &[t("emb", 32, true), t("a", 24, false), t("b", 16, false), t("c", 8, false)],
-            2,
-        )
-        .ok()?;
-        let default_codec = codec(c.codec, Codec::Q4);
-        let mut raw = RawSettings {
-            h: 10,
-            fragments: 2,
-            step_ms: 100,
-            grace_cap_ms: 100,
-            merge_lag: u64::from(c.merge_lag % 3),
-            quorum: usize::from(c.quorum % 3) + 1,
-            max_lateness: u64::from(c.max_lateness % 4) + 1,
-            fetch_attempts: u32::from(c.fetch_attempts % 3) + 1,
-            merge: [MergeRule::Rda, MergeRule::Mean, MergeRule::TrimmedMean]
-                [usize::from(c.merge % 3)],
-            alpha: if c.alpha_half { 0.5 } else { 0.0 },
-            ..RawSettings::default()
-        };
-        raw.encode.codec = default_codec;
-        if c.small_held {
-            raw.max_held = 4;
-            raw.max_held_bytes = 1 << 20;
-        }
-        let settings = Settings::new(raw).ok()?.with_tokens_per_step(16);
-        let init: Vec<Vec<f32>> = plan
-            .fragments
-            .iter()
-            .map(|f| (0..f.numel()).map(|i| (i as f32 * 0.37).sin()).collect())
-            .collect();
+        let (plan, settings, init) = c.run()?;
+        let default_codec = settings.raw().encode.codec;
+        let period = settings.period_ms();
         let proto = Protocol::new(ME, settings, &plan, init, 7).ok()?;
         Some(Self {
-            proto,
+            peer: Peer::new(proto, period, c.late.then_some(0)),
+            released: false,
+            finished: false,
             plan,
             now: 0,
             timers: Vec::new(),
@@ -307,7 +77,7 @@ impl Harness {
     fn round(&self, p: usize, r: RoundSel) -> u64 {
         match r {
             RoundSel::Current(d) => {
-                let cur = self.proto.schedule().current_round(p % 2, self.now);
+                let cur = self.peer.protocol().schedule().current_round(p % 2, self.now);
                 cur.saturating_add_signed(i64::from(d % 4))
             }
             RoundSel::Abs(r) => r,
@@ -321,7 +91,7 @@ impl Harness {
                 self.known[usize::from(i) % self.known.len()]
             }
             HashSel::Known(_) => ContentHash([0; 32]),
-            HashSel::StateOf(p) => self.proto.state_hash(usize::from(p % 2)),
+            HashSel::StateOf(p) => self.peer.protocol().state_hash(usize::from(p % 2)),
             HashSel::Random(b) => ContentHash(b),
         }
     }
@@ -336,12 +106,35 @@ impl Harness {
     }
 
     fn feed(&mut self, ev: Event) {
-        let out = self.proto.handle(ev, self.now);
-        self.take(out);
+        self.handle(PeerEvent::Core(ev));
     }
 
-    fn take(&mut self, out: Vec<Output>) {
-        for o in out {
+    fn handle(&mut self, ev: PeerEvent) {
+        let effects = self.peer.handle(ev, self.now);
+        self.take(effects);
+    }
+
+    fn take(&mut self, effects: Vec<Effect>) {
+        for e in effects {
+            let o = match e {
+                Effect::Core(o) => o,
+                Effect::Release(r) => {
+                    assert!(!self.released && !self.finished, "released twice or after finishing");
+                    assert_eq!(r.rounds.len(), 2);
+                    self.released = true;
+                    continue;
+                }
+                Effect::Finish { anchors } => {
+                    assert!(!self.finished, "finished twice");
+                    assert!(anchors.iter().all(|a| a.anchor.iter().all(|v| v.is_finite())));
+                    self.finished = true;
+                    continue;
+                }
+            };
+            if self.finished {
+                let to_trainer = matches!(o, Output::Snapshot { .. } | Output::Apply(_));
+                assert!(!to_trainer, "the trainer was asked for something after the finish");
+            }
             match o {
                 Output::SetTimer { at, timer } => {
                     if self.timers.len() < 512 {
@@ -387,11 +180,11 @@ impl Harness {
 
     fn check(&self) {
         for (p, f) in self.plan.fragments.iter().enumerate() {
-            let s = self.proto.state(p);
+            let s = self.peer.protocol().state(p);
             assert_eq!(s.anchor.len(), f.numel());
             assert_eq!(s.momentum.len(), f.numel());
             assert!(s.anchor.iter().chain(&s.momentum).all(|v| v.is_finite()), "non-finite state");
-            assert_eq!(s.hash(), self.proto.state_hash(p));
+            assert_eq!(s.hash(), self.peer.protocol().state_hash(p));
         }
     }
 
@@ -423,7 +216,7 @@ impl Harness {
                 }
                 let (fragment, round) =
                     self.snapshots.remove(usize::from(idx) % self.snapshots.len());
-                let params = fill(values, &self.proto.state(fragment).anchor);
+                let params = fill(values, &self.peer.protocol().state(fragment).anchor);
                 let ev = Event::Snapshot {
                     fragment,
                     round,
@@ -436,7 +229,7 @@ impl Harness {
             Op::StraySnapshot { fragment, round, values, tokens, steps, short } => {
                 let p = usize::from(fragment % 3);
                 let r = self.round(p, round);
-                let base = self.proto.state(p % 2).anchor.clone();
+                let base = self.peer.protocol().state(p % 2).anchor.clone();
                 let mut params = fill(values, &base);
                 if short {
                     params.pop();
@@ -494,7 +287,7 @@ impl Harness {
                     tokens: meta.tokens,
                     steps: meta.steps,
                     origin: peer(author),
-                    base: self.proto.state_hash(p),
+                    base: self.peer.protocol().state_hash(p),
                     base_round: self.round(p, base_round),
                 };
                 match lie {
@@ -514,7 +307,7 @@ impl Harness {
                 let bytes = match junk {
                     Some(b) => b,
                     None => {
-                        let mut s: FragmentState = self.proto.state(p).clone();
+                        let mut s: FragmentState = self.peer.protocol().state(p).clone();
                         s.anchor = fill(anchor, &s.anchor);
                         s.round = r;
                         let mut ids: Vec<u64> = log.into_iter().take(8).collect();
@@ -567,7 +360,7 @@ impl Harness {
                     self.fetches.remove(usize::from(idx) % self.fetches.len());
                 let from = if from_other { PeerId(from.0 ^ 1) } else { from };
                 // The transport refuses what exceeds `max_len` and what it does not have.
-                match self.library.get(&hash).cloned().or_else(|| self.proto.serve(&hash)) {
+                match self.library.get(&hash).cloned().or_else(|| self.peer.protocol().serve(&hash)) {
                     Some(bytes) if bytes.len() as u64 <= max_len => {
                         self.feed(Event::Fetched { from, hash, bytes })
                     }
@@ -605,14 +398,18 @@ impl Harness {
             }
             Op::Serve { hash } => {
                 let hash = self.hash(hash);
-                if let Some(bytes) = self.proto.serve(&hash) {
+                if let Some(bytes) = self.peer.protocol().serve(&hash) {
                     assert_eq!(ContentHash::of(&bytes), hash, "served bytes match their hash");
                 }
             }
-            Op::Reannounce => {
-                let out = self.proto.reannounce(self.now);
-                self.take(out);
+            Op::MemberJoined => self.handle(PeerEvent::RunPeerJoined),
+            Op::Poll => {
+                let effects = self.peer.poll(self.now);
+                self.take(effects);
             }
+            Op::Stepped => self.handle(PeerEvent::Stepped),
+            Op::Trained => self.handle(PeerEvent::Trained),
+            Op::Stop => self.handle(PeerEvent::Stop),
         }
     }
 }
@@ -626,12 +423,13 @@ fuzz_target!(|data: &[u8]| {
         Start::At(t) => u64::from(t),
         Start::Far(t) => t,
     };
-    let out = h.proto.start(h.now);
+    let out = h.peer.start(h.now);
     h.take(out);
     for _ in 0..96 {
         let Ok(op) = Op::arbitrary(&mut u) else { break };
         h.op(op);
         h.check();
     }
-    let _ = (h.proto.metrics(), h.proto.pending(), h.proto.grace_window(), h.proto.agreement(0));
+    let p = h.peer.protocol();
+    let _ = (p.metrics(), p.pending(), p.grace_window(), p.agreement(0));
 });

@@ -278,7 +278,27 @@ pub fn robust_step(
     let bounds = settings.merge_bounds();
     let mut dropped = Vec::new();
     while !inputs.is_empty() {
-        let Combined { delta, agreement } = combine(spec, inputs, r.merge, &bounds);
+        let Combined { mut delta, mut agreement } = combine(spec, inputs, r.merge, &bounds);
+        if bounds.agree && inputs.len() <= 2 {
+            // Too few for a median: held against the state's momentum as well.
+            for (a, inp) in agreement.iter_mut().zip(inputs.iter()) {
+                if agreement::opposes(spec, inp.values, momentum) {
+                    *a = 0.0;
+                }
+            }
+            if agreement.iter().all(|&a| a == 0.0) {
+                delta.iter_mut().for_each(|v| *v = 0.0);
+            } else if agreement.contains(&0.0) {
+                // Merged again without what the momentum refused.
+                let kept: Vec<Input<'_>> = inputs
+                    .iter()
+                    .zip(&agreement)
+                    .filter(|(_, &a)| a > 0.0)
+                    .map(|(i, _)| *i)
+                    .collect();
+                delta = combine(spec, &kept, r.merge, &bounds).delta;
+            }
+        }
         let (mut a, mut m) = (anchor.to_vec(), momentum.to_vec());
         outer_step(&mut a, &mut m, &delta, r.outer_lr, r.momentum);
         if a.iter().chain(&m).all(|v| v.is_finite()) {

@@ -117,3 +117,26 @@ fn median_without(sorted: &[f64], skip: usize) -> f64 {
         0.5 * (at(m / 2 - 1) + at(m / 2))
     }
 }
+
+/// Whether `values` point clearly against `momentum` (cosine of the per-tensor unit
+/// directions, concatenated over the fragment's tensors, below `−OPPOSED`); never when the
+/// momentum is zero (nothing merged yet). In a set too small for a median (one or two
+/// contributions) the state's momentum — where the swarm has been going, the same on every
+/// peer that merges from the same state — is the only other witness.
+pub(super) fn opposes(spec: &FragmentSpec, values: &[f32], momentum: &[f32]) -> bool {
+    let (mut dot, mut sq_v, mut sq_m) = (0f64, 0f64, 0f64);
+    for (_, range) in spec.ranges() {
+        let (v, m) = (&values[range.clone()], &momentum[range]);
+        let norm = |x: &[f32]| x.iter().map(|&a| f64::from(a) * f64::from(a)).sum::<f64>().sqrt();
+        let (nv, nm) = (norm(v), norm(m));
+        if nv == 0.0 || nm == 0.0 {
+            continue;
+        }
+        for (&a, &b) in v.iter().zip(m) {
+            dot += f64::from(a) / nv * f64::from(b) / nm;
+        }
+        sq_v += 1.0;
+        sq_m += 1.0;
+    }
+    sq_m > 0.0 && dot / (sq_v.sqrt() * sq_m.sqrt()) < -OPPOSED
+}

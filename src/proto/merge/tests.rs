@@ -183,3 +183,48 @@ fn a_reversed_copy_among_three_earns_nothing() {
         assert!(a.contains(&1.0), "an uninvolved delta keeps its weight: {a:?}");
     }
 }
+
+/// Too few contributions for a median: each is also held against the state's momentum.
+/// A lone delta reversed against it (a poisoned copy merged alone would not even be
+/// clipped: the round's median norm is its own) gets no weight, so the round is skipped;
+/// one along it, or any before the momentum exists, is merged; in a pair, only the one
+/// the momentum refuses loses its weight.
+#[test]
+fn a_lone_or_paired_delta_against_the_momentum_earns_nothing() {
+    let settings = crate::proto::Settings::new(crate::proto::RawSettings {
+        fragments: 1,
+        ..Default::default()
+    })
+    .unwrap();
+    let spec = spec(false);
+    let anchor = vec![0.5f32; 5];
+    let momentum = vec![1.0f32, 0.0, 0.0, 1.0, 0.0];
+    let along = vec![1.0f32, 0.2, 0.0, 1.0, 0.1];
+    let against: Vec<f32> = along.iter().map(|v| -10.0 * v).collect();
+    let step = |vals: &[Vec<f32>], m: &[f32]| {
+        let mut inp = inputs(vals);
+        canonical_order(&mut inp);
+        let order: Vec<usize> =
+            inp.iter().map(|i| vals.iter().position(|v| v == i.values).unwrap()).collect();
+        let s = robust_step(&spec, &mut inp, &anchor, m, &settings);
+        let mut by_input = vec![0.0; vals.len()];
+        for (k, &i) in order.iter().enumerate() {
+            by_input[i] = s.agreement[k];
+        }
+        (s.anchor, by_input)
+    };
+    // All weightless: the lane skips the round (`Lane::merge`), the delta stays pending.
+    assert_eq!(step(std::slice::from_ref(&against), &momentum).1, vec![0.0]);
+    assert_eq!(step(std::slice::from_ref(&along), &momentum).1, vec![1.0]);
+    assert_eq!(
+        step(std::slice::from_ref(&against), &[0.0; 5]).1,
+        vec![1.0],
+        "no momentum yet: merged"
+    );
+    // A pair that points the same way, one of them against the momentum.
+    let other = vec![-0.2f32, 0.1, 1.0, 0.0, 1.0];
+    let (a, agreement) = step(&[other.clone(), against.clone()], &momentum);
+    assert!(agreement[1] == 0.0 && agreement[0] > 0.0, "{agreement:?}");
+    let (alone, _) = step(&[other], &momentum);
+    assert_eq!(a, alone, "the refused one still moved the anchor");
+}
