@@ -100,6 +100,13 @@ impl Peer {
         &self.proto
     }
 
+    /// The payload with this hash, if this peer serves it: a contribution it holds, or its
+    /// current state of a fragment (the node also keeps what it published in atoll-net's
+    /// store, shared, not copied).
+    pub fn payload(&self, hash: &crate::delta::ContentHash) -> Option<bytes::Bytes> {
+        self.proto.serve(hash)
+    }
+
     /// Whether a late joiner is still waiting for the swarm's anchors.
     pub fn holding(&self) -> bool {
         self.holding.is_some()

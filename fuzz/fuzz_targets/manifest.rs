@@ -142,6 +142,7 @@ fn raw_settings(u: &mut Unstructured) -> Result<RawSettings> {
         max_author_share: f64e(u)?,
         trim: f64e(u)?,
         step_slack: u64e(u)?,
+        agreement_weights: u.arbitrary()?,
     };
     r.encode.block = u64e(u)? as usize;
     // Each field falls back to its default with some probability, so validation passes

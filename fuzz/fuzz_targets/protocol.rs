@@ -22,15 +22,14 @@
 
 use bytes::Bytes;
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use arbitrary::{Arbitrary, Unstructured};
 use atoll::delta::{self, Codec, ContentHash, DeltaMeta, EncodeOptions};
-use atoll::fragment::{FragmentPlan, TensorSpec};
+use atoll::fragment::FragmentPlan;
 use atoll::peer::{Effect, Peer, PeerEvent};
 use atoll::proto::{
-    ContributionAnnounce, Event, FragmentState, MergeRule, Message, Millis, Output, PeerId,
-    Protocol, RawSettings, Settings, StateAnnounce, Timer,
+    ContributionAnnounce, Event, FragmentState, Message, Millis, Output, PeerId, Protocol,
+    StateAnnounce, Timer,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -360,7 +359,7 @@ impl Harness {
                     self.fetches.remove(usize::from(idx) % self.fetches.len());
                 let from = if from_other { PeerId(from.0 ^ 1) } else { from };
                 // The transport refuses what exceeds `max_len` and what it does not have.
-                match self.library.get(&hash).cloned().or_else(|| self.peer.protocol().serve(&hash)) {
+                match self.library.get(&hash).cloned().or_else(|| self.peer.payload(&hash)) {
                     Some(bytes) if bytes.len() as u64 <= max_len => {
                         self.feed(Event::Fetched { from, hash, bytes })
                     }
@@ -381,7 +380,7 @@ impl Harness {
                 let (from, hash, _) = self.fetches.remove(usize::from(idx) % self.fetches.len());
                 let Some(bytes) = self.library.get(&hash).cloned() else { return };
                 let n = usize::from(keep) % (bytes.len() + 1);
-                self.feed(Event::Fetched { from, hash, bytes: bytes[..n].into() });
+                self.feed(Event::Fetched { from, hash, bytes: bytes.slice(..n) });
             }
             Op::DeliverUnsolicited { hash } => {
                 let hash = self.hash(hash);
@@ -398,7 +397,7 @@ impl Harness {
             }
             Op::Serve { hash } => {
                 let hash = self.hash(hash);
-                if let Some(bytes) = self.peer.protocol().serve(&hash) {
+                if let Some(bytes) = self.peer.payload(&hash) {
                     assert_eq!(ContentHash::of(&bytes), hash, "served bytes match their hash");
                 }
             }

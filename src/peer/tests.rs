@@ -121,7 +121,7 @@ fn a_late_joiner_is_released_once_it_holds_the_swarms_anchors() {
         for e in joiner.handle(ev, joined + 1) {
             match e {
                 Effect::Core(Output::Fetch { hash, .. }) => {
-                    let bytes = swarm.protocol().serve(&hash).expect("the swarm serves it");
+                    let bytes = swarm.payload(&hash).expect("the swarm serves it");
                     queue.push(PeerEvent::Core(Event::Fetched { from: PeerId(1), hash, bytes }));
                 }
                 other => effects.push(other),

@@ -168,8 +168,8 @@ impl Protocol {
     }
 
     /// The payload with this hash, if this peer can serve it: a contribution it holds or
-    /// its current state of a fragment.
-    pub fn serve(&self, hash: &ContentHash) -> Option<Bytes> {
+    /// its current state of a fragment. Executors ask the peer (`Peer::payload`).
+    pub(crate) fn serve(&self, hash: &ContentHash) -> Option<Bytes> {
         for lane in &self.lanes {
             if let Some(h) = lane.held.get(hash) {
                 return Some(h.bytes.clone());
@@ -185,7 +185,7 @@ impl Protocol {
     /// and its own contributions that can still be merged. The newcomer learns where the
     /// swarm is, and by fetching the contributions it credits their authors, whose state
     /// votes then count (see [`super::reconcile`]).
-    pub fn reannounce(&self, now: Millis) -> Vec<Output> {
+    pub(crate) fn reannounce(&self, now: Millis) -> Vec<Output> {
         let w = Window::of(&self.settings);
         let mut out = Vec::new();
         for (p, lane) in self.lanes.iter().enumerate() {

@@ -233,7 +233,9 @@ impl Sim {
     /// Peer `i` (honest) gossiped `msg`: hostile peers that react to others' deltas do.
     pub(super) fn observe_honest(&mut self, i: usize, msg: &Message) {
         let Message::Contribution(c) = msg else { return };
-        let Some(bytes) = self.protocol(i).and_then(|p| p.serve(&c.hash)) else { return };
+        let Some(bytes) = self.slots[i].peer.as_ref().and_then(|p| p.payload(&c.hash)) else {
+            return;
+        };
         for h in 0..self.peers() {
             let Some(attack) = self.byz.attack(h) else { continue };
             if h == i || self.slots[h].peer.is_none() {
@@ -384,7 +386,7 @@ impl Sim {
 
     /// The values of hostile peer `i`'s own honest delta `hash` of fragment `p`.
     fn own_values(&self, i: usize, hash: &ContentHash, p: usize) -> Option<Vec<f32>> {
-        let bytes = self.protocol(i)?.serve(hash)?;
+        let bytes = self.slots[i].peer.as_ref()?.payload(hash)?;
         self.decode_values(&bytes, p)
     }
 

@@ -79,7 +79,7 @@ impl Sim {
             let bytes = self.slots[server]
                 .peer
                 .as_ref()
-                .and_then(|p| self.byz.serve(server, &hash).or_else(|| p.protocol().serve(&hash)));
+                .and_then(|p| self.byz.serve(server, &hash).or_else(|| p.payload(&hash)));
             match bytes {
                 Some(bytes) if bytes.len() as u64 <= max_len && ContentHash::of(&bytes) == hash => {
                     let len = bytes.len();
