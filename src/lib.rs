@@ -3,11 +3,15 @@
 //! Modules and their jobs:
 //! - [`backend`]: which burn CPU backend runs the model (burn-flex by default, burn-ndarray).
 //! - [`model`]: the byte-level decoder-only transformer; [`model::params`] reads and writes
-//!   its tensors as flat `f32` buffers, fragment by fragment.
+//!   its tensors as flat `f32` buffers, fragment by fragment; [`model::preset`] names its
+//!   sizes (`--model`) and what each needs in memory.
 //! - [`fragment`]: the deterministic split of the parameters into `P` fragments.
 //! - [`delta`]: the outer-delta codec (4/8-bit blockwise + error feedback, zstd, blake3).
 //! - [`proto`]: the I/O-free leaderless protocol core (rounds, grace, merge, reconciliation).
-//! - [`sim`]: the deterministic discrete-event simulator that drives [`proto`].
+//! - [`peer`]: one peer, I/O-free: the protocol core plus the decisions around it (a late
+//!   joiner's hold, re-announcements, finishing once the swarm is quiet); the node and the
+//!   simulator both run it.
+//! - [`sim`]: the deterministic discrete-event simulator that drives [`peer`]s.
 //! - [`data`]: the embedded corpus or a text path, validation split, per-peer shards, batches.
 //! - [`train`]: the inner loop (AdamW, warm-up + cosine, clipping) and its counters.
 //! - [`checkpoint`]: atomic, checksummed checkpoints of model + optimizer + counters.
@@ -16,7 +20,7 @@
 //! - [`join`]: `--join RUN_ID@MULTIADDR`: the run's manifest fetched by its id from a peer.
 //! - [`rundir`]: the run dir's report and resume files (`status.json`, `swarm.json`,
 //!   `merges.jsonl`, `anchors/`): formats, readers and writers, below node and web.
-//! - [`node`]: a training peer: trainer thread + protocol core + `atoll-net`.
+//! - [`node`]: a training peer: trainer thread + [`peer`] + `atoll-net`.
 //! - [`sample`]: text generation from a trained model.
 //! - [`chaos`]: the chaos harness's seeded fault schedule and its goodput/uptime figures.
 //! - [`heartbeat`]: the heartbeat every peer gossips (codec) and the table of the run's

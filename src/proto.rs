@@ -22,8 +22,9 @@
 //! Since merges are deterministic and a peer that disagrees adopts the majority's state,
 //! anchors become bit-identical once churn stops (tests/sim_agreement.rs).
 //!
-//! Drive it with [`Protocol::handle`]`(event, now)` and carry out the [`Output`]s; serve
-//! payload requests with [`Protocol::serve`]. Time and randomness are inputs.
+//! Drive it with [`Protocol::handle`]`(event, now)` and carry out the [`Output`]s (a
+//! running peer wraps it in [`crate::peer::Peer`], which also answers payload requests).
+//! Time and randomness are inputs.
 //!
 //! ```
 //! use atoll::fragment::{FragmentPlan, TensorSpec};

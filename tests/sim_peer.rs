@@ -6,16 +6,16 @@
 use atoll::peer::QUIET_MIN_MS;
 use atoll::sim::{seed_from_env, Sim, SimConfig};
 
-/// A fresh peer joining after six cycles is held until it holds the swarm's states —
-/// no inner step on the initial weights, whose delta would pull the swarm back — and is
-/// released by catching up, not by its wait running out; then it agrees with the swarm.
+/// A fresh peer joining 119 others after six cycles is held until it holds the swarm's
+/// states — no inner step on the initial weights, whose delta would pull the swarm back —
+/// and is released by catching up, not by its wait running out; then it agrees.
 #[test]
 fn a_fresh_joiner_trains_only_from_the_swarms_anchors() {
     let seed = seed_from_env(91);
-    let cfg = SimConfig::new(24, seed);
+    let cfg = SimConfig::new(120, seed);
     let period = cfg.settings.h * cfg.settings.step_ms;
     let mut sim = Sim::new(cfg).unwrap();
-    let joiner = 23;
+    let joiner = 119;
     sim.crash(joiner);
     sim.run_cycles(6);
     let joined = sim.now();

@@ -108,7 +108,7 @@ pub enum Output {
     /// with the first: the core spreads load by the order) by `deadline`. Issued once per
     /// hash: the executor owns sources, hedging, retries and timeouts, and answers exactly
     /// once, with [`Event::Fetched`] or [`Event::FetchFailed`] (naming a holder), unless
-    /// [`Output::CancelFetch`] came first. Serve others with [`super::Protocol::serve`].
+    /// [`Output::CancelFetch`] came first. Others are served by `Peer::payload`.
     Fetch { hash: ContentHash, holders: Vec<PeerId>, max_len: u64, deadline: Millis },
     /// Stop fetching `hash` (its deadline passed); no answer is expected.
     CancelFetch { hash: ContentHash },

@@ -138,7 +138,7 @@ impl Sim {
     fn output(&mut self, i: usize, o: Output) {
         let inc = self.slots[i].inc;
         match o {
-            // Payloads are served from the core (`Protocol::serve`) when a fetch asks.
+            // Payloads are served by the peer (`Peer::payload`) when a fetch asks.
             Output::Publish { msg, .. } if self.byz.is_hostile(i) => self.hostile_broadcast(i, msg),
             Output::Publish { msg, .. } => self.broadcast(i, msg),
             Output::Fetch { hash, holders, max_len, deadline } => {
