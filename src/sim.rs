@@ -9,6 +9,7 @@
 //! so a run replays exactly from its seed: tests take it from the `SEED` environment
 //! variable ([`seed_from_env`]).
 
+mod attack;
 pub mod byzantine;
 mod config;
 pub mod net;
