@@ -49,15 +49,20 @@ impl Preset {
 
 impl ModelConfig {
     /// Number of trainable parameters (what burn's `num_params` counts for [`super::Lm`]).
+    /// Saturating, like [`memory_estimate`]: shapes may not be validated yet.
     pub fn num_params(&self) -> u64 {
         let (d, ff) = (self.d_model as u64, self.d_ff as u64);
         let vocab = VOCAB_SIZE as u64;
-        let attention = 4 * (d * d + d);
-        let feed_forward = d * ff + ff + ff * d + d;
-        let norms = 2 * 2 * d;
-        let blocks = self.n_layers as u64 * (attention + feed_forward + norms);
-        let embeddings = (vocab + self.context as u64) * d;
-        embeddings + blocks + 2 * d + d * vocab + vocab
+        let attention = d.saturating_mul(d).saturating_add(d).saturating_mul(4);
+        let feed_forward =
+            d.saturating_mul(ff).saturating_mul(2).saturating_add(ff).saturating_add(d);
+        let per_block = attention.saturating_add(feed_forward).saturating_add(d.saturating_mul(4));
+        let blocks = (self.n_layers as u64).saturating_mul(per_block);
+        let embeddings = vocab.saturating_add(self.context as u64).saturating_mul(d);
+        embeddings
+            .saturating_add(blocks)
+            .saturating_add(d.saturating_mul(vocab + 2))
+            .saturating_add(vocab)
     }
 }
 
@@ -68,11 +73,17 @@ impl ModelConfig {
 /// context attention scores), and 48 MiB for the process. Against measured peaks of
 /// `atoll train` (bench/RESULTS.md, "Model presets"): 62 / 340 / 1822 MiB measured for
 /// default / small / base, 92 / 416 / 1988 MiB estimated.
+///
+/// Saturating: it runs on shapes from the command line before they are validated.
 pub fn memory_estimate(c: &TrainConfig) -> u64 {
     let m = &c.model;
-    let token_blocks = (c.batch * m.context * m.n_layers) as u64;
-    let per_token_block = 4 * (12 * m.d_model + 3 * m.n_heads * m.context) as u64;
-    48 * m.num_params() + token_blocks * per_token_block + (48 << 20)
+    let n = |x: usize| x as u64;
+    let token_blocks = n(c.batch).saturating_mul(n(m.context)).saturating_mul(n(m.n_layers));
+    let floats = n(m.d_model)
+        .saturating_mul(12)
+        .saturating_add(n(m.n_heads).saturating_mul(3).saturating_mul(n(m.context)));
+    let activations = token_blocks.saturating_mul(floats.saturating_mul(4));
+    m.num_params().saturating_mul(48).saturating_add(activations).saturating_add(48 << 20)
 }
 
 /// The model needs more memory than the machine has.
@@ -189,6 +200,17 @@ mod tests {
         assert!((64..=96).contains(&mib(Preset::Default)), "{}", mib(Preset::Default));
         assert!((340..=520).contains(&mib(Preset::Small)), "{}", mib(Preset::Small));
         assert!((1822..=2800).contains(&mib(Preset::Base)), "{}", mib(Preset::Base));
+    }
+
+    /// Shapes from the command line reach the estimate before validation: absurd ones
+    /// are refused by the numbers, never by an overflow.
+    #[test]
+    fn absurd_shapes_are_refused_not_overflowed() {
+        let mut c = Preset::Base.train_config(0);
+        c.batch = usize::MAX;
+        c.model = ModelConfig::new().with_d_model(usize::MAX).with_context(usize::MAX);
+        assert_eq!(memory_estimate(&c), u64::MAX);
+        assert!(check_fits(&c, 4, 1 << 40).is_err());
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! How far each contribution of a round goes the round's way: the factor that scales its
 //! weight in the merge (`Bounds::agree`), from directions only, bit-identical on every peer.
 
-use super::{lower_median, Clip, Input};
+use super::{lower_median, norm, Clip, Input};
 use crate::fragment::FragmentSpec;
 
 /// A contribution whose cosine with the median of the *other* contributions' directions
@@ -124,10 +124,11 @@ fn median_without(sorted: &[f64], skip: usize) -> f64 {
 /// contributions) the state's momentum — where the swarm has been going, the same on every
 /// peer that merges from the same state — is the only other witness.
 pub(super) fn opposes(spec: &FragmentSpec, values: &[f32], momentum: &[f32]) -> bool {
-    let (mut dot, mut sq_v, mut sq_m) = (0f64, 0f64, 0f64);
+    // Each tensor with both directions non-zero is a unit vector on either side, so the
+    // cosine of the concatenations is the sum of the per-tensor cosines over their count.
+    let (mut dot, mut tensors) = (0f64, 0u32);
     for (_, range) in spec.ranges() {
         let (v, m) = (&values[range.clone()], &momentum[range]);
-        let norm = |x: &[f32]| x.iter().map(|&a| f64::from(a) * f64::from(a)).sum::<f64>().sqrt();
         let (nv, nm) = (norm(v), norm(m));
         if nv == 0.0 || nm == 0.0 {
             continue;
@@ -135,8 +136,7 @@ pub(super) fn opposes(spec: &FragmentSpec, values: &[f32], momentum: &[f32]) -> 
         for (&a, &b) in v.iter().zip(m) {
             dot += f64::from(a) / nv * f64::from(b) / nm;
         }
-        sq_v += 1.0;
-        sq_m += 1.0;
+        tensors += 1;
     }
-    sq_m > 0.0 && dot / (sq_v.sqrt() * sq_m.sqrt()) < -OPPOSED
+    tensors > 0 && dot / f64::from(tensors) < -OPPOSED
 }
