@@ -88,7 +88,9 @@ impl Peer {
         Self {
             proto,
             period,
-            holding: late.map(|t| t + 2 * period + QUIET_MARGIN_MS),
+            holding: late.map(|t| {
+                t.saturating_add(period.saturating_mul(2)).saturating_add(QUIET_MARGIN_MS)
+            }),
             trained: false,
             finishing: false,
             last_change: 0,
@@ -135,8 +137,8 @@ impl Peer {
                 // A newcomer learns where the swarm is from state announcements; ours come
                 // once per period, so say it again (once its subscription has reached us).
                 let [soon, late] = &mut self.reannounce;
-                soon.get_or_insert(now + REANNOUNCE_SOON_MS);
-                late.get_or_insert(now + REANNOUNCE_LATE_MS);
+                soon.get_or_insert(now.saturating_add(REANNOUNCE_SOON_MS));
+                late.get_or_insert(now.saturating_add(REANNOUNCE_LATE_MS));
                 Vec::new()
             }
             PeerEvent::Stepped => {
@@ -171,15 +173,15 @@ impl Peer {
     /// The next time [`Peer::poll`] has something to do before the next event (besides
     /// the core's own timers): a re-announcement, the end of a joiner's wait.
     pub fn next_poll(&self) -> Option<Millis> {
-        let quiet =
-            (self.trained && !self.finishing).then(|| self.last_change + self.quiet_ms() + 1);
+        let quiet = (self.trained && !self.finishing)
+            .then(|| self.last_change.saturating_add(self.quiet_ms()).saturating_add(1));
         [self.reannounce[0], self.holding, quiet].into_iter().flatten().min()
     }
 
     /// How long nothing must change before a trained peer finishes.
     pub fn quiet_ms(&self) -> Millis {
         let grace = self.proto.settings().raw().grace_cap_ms;
-        (self.period + grace + QUIET_MARGIN_MS).max(QUIET_MIN_MS)
+        self.period.saturating_add(grace).saturating_add(QUIET_MARGIN_MS).max(QUIET_MIN_MS)
     }
 
     /// Core outputs as effects, with what this peer decides about them: merges and

@@ -225,3 +225,18 @@ fn a_stopped_peer_finishes_at_once_and_trains_no_more() {
         .count();
     assert_eq!(to_trainer, 0, "{effects:?}");
 }
+
+/// The clock is the run's timeline (wall time minus the manifest's epoch): a far-future
+/// time (a manifest's epoch of 0 and a skewed clock, or a jump) panics nothing.
+#[test]
+fn the_clock_at_its_end_panics_nothing() {
+    let end = Millis::MAX - 10;
+    let mut p = Peer::new(protocol(1), PERIOD, Some(end));
+    let _ = p.start(end);
+    for ev in [PeerEvent::RunPeerJoined, PeerEvent::Stepped, PeerEvent::Trained] {
+        let _ = p.handle(ev, end);
+        let _ = p.next_poll();
+        let _ = p.poll(Millis::MAX);
+    }
+    assert!(!p.holding(), "a wait that ends at the end of time ends");
+}
