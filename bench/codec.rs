@@ -56,7 +56,7 @@ fn main() {
     println!("| codec | bytes | ratio vs f32 | rel. L2 error | encode MB/s | decode MB/s |");
     println!("|---|---:|---:|---:|---:|---:|");
     for codec in [Codec::F32, Codec::Q8, Codec::Q4] {
-        let opts = EncodeOptions { codec, block: 64, zstd_level: 3 };
+        let opts = EncodeOptions { codec, block: 64, zstd_level: 3, ..Default::default() };
         let meta = DeltaMeta { author: 1, fragment: 0, round: 1, tokens: 1, steps: 1 };
         let (te, enc) = best(5, || {
             let mut fb = ErrorFeedback::new(numel);

@@ -1,14 +1,16 @@
 //! The outer-delta codec: what a peer sends when it contributes to a fragment's round.
 //!
 //! A delta is `anchor − local_params` for one fragment (DESIGN.md §2.3), a flat `f32`
-//! buffer laid out by [`FragmentSpec`]. On the wire it is quantised blockwise to 8 or 4 bits
-//! with one f32 scale per block (§2.5: 4-bit loses nothing measurable, and the anchor and the
-//! outer optimizer stay f32), optionally zstd-compressed, prefixed by a versioned header
-//! ([`wire`]) and named by its blake3 hash ([`ContentHash`]).
+//! buffer laid out by [`FragmentSpec`]. On the wire it is either quantised blockwise to 8 or
+//! 4 bits with one f32 scale per block (§2.5: 4-bit loses nothing measurable, and the anchor
+//! and the outer optimizer stay f32), or sparse: the `keep` largest values of each block with
+//! 2- or 1-bit values ([`sparse`], as SparseLoCo). Either is optionally zstd-compressed,
+//! prefixed by a versioned header ([`wire`]) and named by its blake3 hash ([`ContentHash`]).
 //!
-//! Error feedback: the part of a delta that quantisation rounds away is kept in
-//! [`ErrorFeedback`] and added to the next delta of the same fragment, so nothing is lost in
-//! the long run, only delayed.
+//! Error feedback: the part of a delta that quantisation rounds away (or that top-k leaves
+//! out) is kept in [`ErrorFeedback`] and added to the next delta of the same fragment, so
+//! nothing is lost in the long run, only delayed. It is part of the peer's state: the node
+//! saves it beside the anchors, and a restarted peer continues it.
 //!
 //! Decoding treats the bytes as hostile: sizes are checked against the header, the
 //! [`FragmentSpec`] and [`Limits`] before anything is allocated or decompressed, and the
@@ -17,6 +19,7 @@
 
 mod hash;
 mod quant;
+mod sparse;
 pub mod wire;
 
 pub use hash::ContentHash;
@@ -37,6 +40,11 @@ pub enum Codec {
     Q8,
     /// 4-bit blockwise (the default, DESIGN.md §3.4).
     Q4,
+    /// Top-k per block ([`EncodeOptions::keep`]) with 2-bit values: a sign and one of two
+    /// magnitudes per block.
+    Top2,
+    /// Top-k per block with 1-bit values: a sign, at the block's mean kept magnitude.
+    Top1,
 }
 
 impl Codec {
@@ -45,6 +53,8 @@ impl Codec {
             Codec::F32 => 0,
             Codec::Q8 => 1,
             Codec::Q4 => 2,
+            Codec::Top2 => 3,
+            Codec::Top1 => 4,
         }
     }
 
@@ -53,6 +63,8 @@ impl Codec {
             0 => Some(Codec::F32),
             1 => Some(Codec::Q8),
             2 => Some(Codec::Q4),
+            3 => Some(Codec::Top2),
+            4 => Some(Codec::Top1),
             _ => None,
         }
     }
@@ -62,7 +74,14 @@ impl Codec {
             Codec::F32 => 32,
             Codec::Q8 => 8,
             Codec::Q4 => 4,
+            Codec::Top2 => 2,
+            Codec::Top1 => 1,
         }
+    }
+
+    /// Sends only the largest values of each block.
+    pub fn is_sparse(self) -> bool {
+        matches!(self, Codec::Top2 | Codec::Top1)
     }
 }
 
@@ -77,11 +96,41 @@ pub struct EncodeOptions {
     pub block: usize,
     /// zstd level; 0 stores the body raw. zstd is kept only when it makes the body smaller.
     pub zstd_level: i32,
+    /// Sparse codecs: values sent per block, in `1..=block` (64 of 4096 is SparseLoCo's
+    /// 1.56%). Ignored (and written 0 on the wire) by the dense ones.
+    #[serde(default = "default_keep")]
+    pub keep: usize,
+}
+
+fn default_keep() -> usize {
+    64
 }
 
 impl Default for EncodeOptions {
     fn default() -> Self {
-        Self { codec: Codec::Q4, block: 64, zstd_level: 3 }
+        Self { codec: Codec::Q4, block: 64, zstd_level: 3, keep: default_keep() }
+    }
+}
+
+impl EncodeOptions {
+    /// Why these options cannot be encoded, if they cannot.
+    pub fn check(&self) -> Result<(), EncodeError> {
+        if self.codec != Codec::F32 && !BLOCK_RANGE.contains(&self.block) {
+            return Err(EncodeError::BadBlock(self.block));
+        }
+        if self.codec.is_sparse() && !(1..=self.block).contains(&self.keep) {
+            return Err(EncodeError::BadKeep { keep: self.keep, block: self.block });
+        }
+        Ok(())
+    }
+
+    /// What is written in the header's `keep` field.
+    fn wire_keep(&self) -> usize {
+        if self.codec.is_sparse() {
+            self.keep
+        } else {
+            0
+        }
     }
 }
 
@@ -162,6 +211,8 @@ pub struct Decoded {
 pub enum EncodeError {
     #[error("block size {0} outside {BLOCK_RANGE:?}")]
     BadBlock(usize),
+    #[error("keep {keep} outside 1..={block} (the block size)")]
+    BadKeep { keep: usize, block: usize },
     #[error("delta of {0} values does not fit the wire format")]
     TooLarge(usize),
     #[error("delta holds a non-finite value at index {0}")]
@@ -196,6 +247,8 @@ pub enum DecodeError {
     WrongLength { fragment: usize, got: u32, want: usize },
     #[error("invalid block size {0}")]
     BadBlock(u32),
+    #[error("invalid keep {keep} for blocks of {block}")]
+    BadKeep { keep: u32, block: u32 },
     #[error("body length {got} does not match the expected {want}")]
     BodyLength { got: usize, want: usize },
     #[error("zero steps")]
@@ -216,9 +269,7 @@ pub fn encode(
     feedback: Option<&mut ErrorFeedback>,
     opts: &EncodeOptions,
 ) -> Result<Encoded, EncodeError> {
-    if opts.codec != Codec::F32 && !BLOCK_RANGE.contains(&opts.block) {
-        return Err(EncodeError::BadBlock(opts.block));
-    }
+    opts.check()?;
     if meta.steps == 0 {
         return Err(EncodeError::ZeroSteps);
     }
@@ -233,16 +284,22 @@ pub fn encode(
     if let Some(i) = x.iter().position(|v| !v.is_finite()) {
         return Err(EncodeError::NonFinite(i));
     }
+    let keep = opts.wire_keep();
     let (block, raw) = match opts.codec {
         Codec::F32 => (0, x.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()),
+        c if c.is_sparse() => {
+            let mut body = Vec::new();
+            sparse::encode(&x, opts.block, keep, c.bits(), &mut body);
+            (opts.block, body)
+        }
         c => {
             let mut body = Vec::new();
             quant::quantise(&x, opts.block, c.bits(), &mut body);
             (opts.block, body)
         }
     };
-    let values =
-        body_values(opts.codec, &raw, delta.len(), block).map_err(|_| EncodeError::NonFinite(0))?;
+    let values = body_values(opts.codec, &raw, delta.len(), block, keep)
+        .map_err(|_| EncodeError::NonFinite(0))?;
     // A block whose absmax is near f32::MAX can dequantise to ±inf (code × scale rounds
     // up): refuse it here, before the residual is touched, rather than publish a payload
     // every receiver refuses.
@@ -263,6 +320,7 @@ pub fn encode(
         steps: meta.steps,
         numel,
         block: block as u32,
+        keep: keep as u32,
         raw_len,
         stored_len: stored.as_ref().map_or(raw_len, |s| s.len() as u32),
         author: meta.author,
@@ -287,7 +345,7 @@ fn compress(raw: &[u8], level: i32) -> Result<Option<Vec<u8>>, EncodeError> {
 /// Largest payload `encode` writes for a delta of `numel` values under `opts` (header
 /// included; zstd is kept only when it shrinks the body, so this bounds it).
 pub fn max_encoded_len(numel: usize, opts: &EncodeOptions) -> Option<usize> {
-    expected_raw_len(opts.codec, numel, opts.block)?.checked_add(HEADER_LEN)
+    max_raw_len(opts.codec, numel, opts.block, opts.wire_keep())?.checked_add(HEADER_LEN)
 }
 
 /// Largest payload `decode` accepts for a fragment of `numel` values, whatever the codec:
@@ -297,10 +355,13 @@ pub fn largest_payload(numel: usize) -> u64 {
     (HEADER_LEN as u64).saturating_add((numel as u64).saturating_mul(4))
 }
 
-/// Raw body length the header must declare for `codec`, `numel` and `block`.
-fn expected_raw_len(codec: Codec, numel: usize, block: usize) -> Option<usize> {
+/// Raw body length the header may declare for `codec`, `numel`, `block` and `keep`: exactly
+/// this for the dense codecs, at most this for the sparse ones (their length depends on
+/// where the kept values are).
+fn max_raw_len(codec: Codec, numel: usize, block: usize, keep: usize) -> Option<usize> {
     match codec {
         Codec::F32 => numel.checked_mul(4),
+        c if c.is_sparse() => sparse::max_body_len(numel, block, keep, c.bits()),
         c => quant::body_len(numel, block, c.bits()),
     }
 }
@@ -311,10 +372,17 @@ fn body_values(
     raw: &[u8],
     numel: usize,
     block: usize,
+    keep: usize,
 ) -> Result<Vec<f32>, DecodeError> {
     match codec {
         Codec::F32 => {
             Ok(raw.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
+        }
+        c if c.is_sparse() => {
+            sparse::decode(raw, numel, block, keep, c.bits()).map_err(|f| match f {
+                sparse::SparseFault::BadLevel => DecodeError::Corrupt("bad block level"),
+                sparse::SparseFault::BadStream => DecodeError::Corrupt("bad sparse code stream"),
+            })
         }
         c => quant::dequantise(raw, numel, block, c.bits()).map_err(|f| match f {
             quant::BodyFault::BadScale => DecodeError::Corrupt("bad block scale"),
@@ -347,11 +415,18 @@ pub fn decode(bytes: &[u8], spec: &FragmentSpec, limits: &Limits) -> Result<Deco
     if !block_ok {
         return Err(DecodeError::BadBlock(h.block));
     }
-    // Both lengths are checked before anything is allocated or decompressed.
-    let want_raw = expected_raw_len(h.codec, numel, block).unwrap_or(usize::MAX);
-    if h.raw_len as usize != want_raw {
-        return Err(DecodeError::BodyLength { got: h.raw_len as usize, want: want_raw });
+    let keep = h.keep as usize;
+    let keep_ok = if h.codec.is_sparse() { (1..=block).contains(&keep) } else { keep == 0 };
+    if !keep_ok {
+        return Err(DecodeError::BadKeep { keep: h.keep, block: h.block });
     }
+    // Both lengths are checked before anything is allocated or decompressed.
+    let bound = max_raw_len(h.codec, numel, block, keep).unwrap_or(usize::MAX);
+    let raw_ok = if h.codec.is_sparse() { h.raw_len as usize <= bound } else { h.raw_len as usize == bound };
+    if !raw_ok {
+        return Err(DecodeError::BodyLength { got: h.raw_len as usize, want: bound });
+    }
+    let want_raw = h.raw_len as usize;
     let stored = &bytes[HEADER_LEN..];
     if stored.len() != h.stored_len as usize {
         return Err(DecodeError::BodyLength { got: stored.len(), want: h.stored_len as usize });
@@ -373,7 +448,7 @@ pub fn decode(bytes: &[u8], spec: &FragmentSpec, limits: &Limits) -> Result<Deco
     if raw.len() != want_raw {
         return Err(DecodeError::BodyLength { got: raw.len(), want: want_raw });
     }
-    let values = body_values(h.codec, raw, numel, block)?;
+    let values = body_values(h.codec, raw, numel, block, keep)?;
     if let Some(i) = values.iter().position(|v| !v.is_finite()) {
         return Err(DecodeError::NonFinite(i));
     }

@@ -23,7 +23,7 @@ fn spec(id: usize, n: usize) -> FragmentSpec {
 #[test]
 fn q8_encode_of_f32_max_decodes_or_is_refused() {
     let meta = DeltaMeta { author: 1, fragment: 0, round: 1, tokens: 1, steps: 1 };
-    let opts = EncodeOptions { codec: Codec::Q8, block: 8, zstd_level: 0 };
+    let opts = EncodeOptions { codec: Codec::Q8, block: 8, zstd_level: 0, ..Default::default() };
     let values = [f32::MAX; 8];
     let mut fb = ErrorFeedback::new(values.len());
     match delta::encode(meta, &values, Some(&mut fb), &opts) {
@@ -66,7 +66,7 @@ fn record_keeps_ids_that_newer_rounds_still_hold() {
 fn found_inputs_are_refused_without_panicking() {
     // F1's payload: decode refuses it with an error.
     let meta = DeltaMeta { author: 1, fragment: 0, round: 1, tokens: 1, steps: 1 };
-    let opts = EncodeOptions { codec: Codec::Q8, block: 8, zstd_level: 0 };
+    let opts = EncodeOptions { codec: Codec::Q8, block: 8, zstd_level: 0, ..Default::default() };
     if let Ok(enc) = delta::encode(meta, &[f32::MAX; 8], None, &opts) {
         let r = delta::decode(&enc.bytes, &spec(0, 8), &Limits::default());
         assert!(r.is_ok() || matches!(r, Err(delta::DecodeError::NonFinite(_))));

@@ -5,8 +5,9 @@
 //!   payload as it is;
 //! - structured: a valid payload made with `delta::encode` from fuzzer-chosen meta, codec,
 //!   block, zstd level and values, then bytes overwritten at fuzzer-chosen offsets (most of
-//!   them in the 60-byte header) and optionally truncated or extended, so the fuzzer gets
-//!   past the magic and the length checks and into zstd and the dequantiser.
+//!   them in the 64-byte header) and optionally truncated or extended, so the fuzzer gets
+//!   past the magic and the length checks and into zstd, the dequantiser and the sparse
+//!   code stream.
 #![no_main]
 
 use arbitrary::{Result, Unstructured};
@@ -54,10 +55,11 @@ fn structured(u: &mut Unstructured) -> Result<()> {
         tokens: u.arbitrary()?,
         steps: u.arbitrary::<u64>()?.max(1),
     };
-    let codec = *u.choose(&[Codec::Q4, Codec::Q8, Codec::F32])?;
+    let codec = *u.choose(&[Codec::Q4, Codec::Q8, Codec::F32, Codec::Top2, Codec::Top1])?;
     let block = *u.choose(&[8usize, 16, 64, 100, 65_536])?;
     let zstd_level = *u.choose(&[0i32, 1, 3])?;
-    let opts = EncodeOptions { codec, block, zstd_level };
+    let keep = u.int_in_range(1..=block.min(80))?;
+    let opts = EncodeOptions { codec, block, zstd_level, keep };
     let scale = *u.choose(&[1e-3f32, 1.0, 1e30, 3e38])?;
     let mut values = Vec::with_capacity(a + b);
     for _ in 0..a + b {

@@ -269,6 +269,7 @@ impl Harness {
                     codec: codec(c, self.default_codec),
                     block: 64,
                     zstd_level: if c & 4 == 0 { 0 } else { 1 },
+                    keep: 8,
                 };
                 let Ok(enc) = delta::encode(meta, &d, None, &opts) else { return };
                 let mut bytes = enc.bytes.to_vec();

@@ -13,8 +13,20 @@ fn meta(fragment: u32) -> DeltaMeta {
     DeltaMeta { author: 3, fragment, round: 7, tokens: 4096, steps: 8 }
 }
 
+/// The payload fits the bound `max_encoded_len` promises.
+fn enc_len_ok(x: &[f32], opts: &EncodeOptions) -> bool {
+    let enc = encode(meta(3), x, None, opts).unwrap();
+    enc.bytes.len() <= max_encoded_len(x.len(), opts).unwrap()
+}
+
 fn codec_strategy() -> impl Strategy<Value = Codec> {
-    prop_oneof![Just(Codec::F32), Just(Codec::Q8), Just(Codec::Q4)]
+    prop_oneof![
+        Just(Codec::F32),
+        Just(Codec::Q8),
+        Just(Codec::Q4),
+        Just(Codec::Top2),
+        Just(Codec::Top1)
+    ]
 }
 
 proptest! {
@@ -25,8 +37,10 @@ proptest! {
         codec in codec_strategy(),
         block in 8usize..100,
         level in 0i32..4,
+        keep in 1usize..8,
     ) {
-        let opts = EncodeOptions { codec, block, zstd_level: level };
+        let opts = EncodeOptions { codec, block, zstd_level: level, keep };
+        prop_assert!(enc_len_ok(&x, &opts));
         let enc = encode(meta(3), &x, None, &opts).unwrap();
         prop_assert_eq!(enc.hash, ContentHash::of(&enc.bytes));
         let dec = decode(&enc.bytes, &spec(3, x.len()), &Limits::default()).unwrap();
@@ -48,7 +62,7 @@ proptest! {
         four in any::<bool>(),
     ) {
         let codec = if four { Codec::Q4 } else { Codec::Q8 };
-        let opts = EncodeOptions { codec, block: 16, zstd_level: 0 };
+        let opts = EncodeOptions { codec, block: 16, zstd_level: 0, keep: 4 };
         let mut fb = ErrorFeedback::new(64);
         let mut true_sum = vec![0f64; 64];
         let mut sent_sum = vec![0f64; 64];
@@ -69,6 +83,29 @@ proptest! {
         }
     }
 
+    /// Top-k with error feedback: what was not sent is exactly the residual, and a value
+    /// left out long enough is sent (the residual stays bounded by the block's growth).
+    #[test]
+    fn sparse_error_feedback_keeps_the_sum(
+        rounds in prop::collection::vec(prop::collection::vec(-1f32..1.0, 64), 1..12),
+        two in any::<bool>(),
+    ) {
+        let codec = if two { Codec::Top2 } else { Codec::Top1 };
+        let opts = EncodeOptions { codec, block: 16, zstd_level: 0, keep: 2 };
+        let mut fb = ErrorFeedback::new(64);
+        let mut gap = vec![0f64; 64];
+        for x in &rounds {
+            let enc = encode(meta(0), x, Some(&mut fb), &opts).unwrap();
+            prop_assert_eq!(enc.values.iter().filter(|v| **v != 0.0).count() <= 8, true);
+            for i in 0..64 {
+                gap[i] += f64::from(x[i]) - f64::from(enc.values[i]);
+            }
+        }
+        for i in 0..64 {
+            prop_assert!((gap[i] as f32 - fb.residual()[i]).abs() < 1e-4 * (1.0 + gap[i].abs() as f32));
+        }
+    }
+
     /// Random bytes never panic the decoder.
     #[test]
     fn random_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..300), n in 1usize..100) {
@@ -83,7 +120,7 @@ proptest! {
         flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..6),
         level in 0i32..2,
     ) {
-        let enc = encode(meta(1), &x, None, &EncodeOptions { codec, block: 32, zstd_level: level }).unwrap();
+        let enc = encode(meta(1), &x, None, &EncodeOptions { codec, block: 32, zstd_level: level, keep: 5 }).unwrap();
         let mut bytes = enc.bytes.to_vec();
         for (idx, v) in flips {
             let i = idx.index(bytes.len());
@@ -107,10 +144,47 @@ fn four_bit_compresses_about_eight_times() {
 }
 
 #[test]
+fn top_k_two_bit_is_under_a_quarter_bit_per_value() {
+    // 64 of 4096 per block: SparseLoCo's 1.56%.
+    let x: Vec<f32> = (0..1 << 18).map(|i| ((i as f32) * 0.37).sin() * (1.0 + (i % 7) as f32)).collect();
+    let opts = EncodeOptions { codec: Codec::Top2, block: 4096, keep: 64, ..Default::default() };
+    let enc = encode(meta(0), &x, None, &opts).unwrap();
+    let bits = (enc.bytes.len() * 8) as f64 / x.len() as f64;
+    assert!(bits <= 0.25, "{bits} bits per value");
+    assert_eq!(enc.values.iter().filter(|v| **v != 0.0).count(), 64 * 64);
+}
+
+#[test]
+fn a_sparse_header_with_a_bad_keep_is_refused() {
+    let x = vec![0.5f32; 40];
+    let opts = EncodeOptions { codec: Codec::Top2, block: 8, keep: 2, zstd_level: 0 };
+    let ok = encode(meta(2), &x, None, &opts).unwrap().bytes.to_vec();
+    let (s, lim) = (spec(2, 40), Limits::default());
+    assert!(decode(&ok, &s, &lim).is_ok());
+    for keep in [0u32, 9, u32::MAX] {
+        let mut bad = ok.clone();
+        bad[60..64].copy_from_slice(&keep.to_le_bytes());
+        assert!(matches!(decode(&bad, &s, &lim), Err(DecodeError::BadKeep { .. })), "{keep}");
+    }
+    // A dense payload must say 0.
+    let dense = encode(meta(2), &x, None, &EncodeOptions::default()).unwrap().bytes.to_vec();
+    let mut bad = dense.clone();
+    bad[60] = 1;
+    assert!(matches!(decode(&bad, &s, &lim), Err(DecodeError::BadKeep { .. })));
+    // A declared raw length above the sparse bound is refused before decompressing.
+    let mut bad = ok.clone();
+    bad[44..48].copy_from_slice(&100_000u32.to_le_bytes());
+    assert!(matches!(decode(&bad, &s, &lim), Err(DecodeError::BodyLength { .. })));
+    // And options the encoder cannot honour are an error, not a panic.
+    let wrong = EncodeOptions { keep: 9, ..opts };
+    assert_eq!(encode(meta(2), &x, None, &wrong).unwrap_err(), EncodeError::BadKeep { keep: 9, block: 8 });
+}
+
+#[test]
 fn checks_reject_each_kind_of_bad_header() {
     let x = vec![0.5f32; 40];
     let enc =
-        encode(meta(2), &x, None, &EncodeOptions { codec: Codec::Q8, block: 8, zstd_level: 0 })
+        encode(meta(2), &x, None, &EncodeOptions { codec: Codec::Q8, block: 8, zstd_level: 0, ..Default::default() })
             .unwrap();
     let ok = enc.bytes.to_vec();
     let s = spec(2, 40);
@@ -150,7 +224,7 @@ fn checks_reject_each_kind_of_bad_header() {
 fn f32_payload_with_nan_is_refused() {
     let x = vec![1.0f32; 9];
     let enc =
-        encode(meta(0), &x, None, &EncodeOptions { codec: Codec::F32, block: 64, zstd_level: 0 })
+        encode(meta(0), &x, None, &EncodeOptions { codec: Codec::F32, zstd_level: 0, ..Default::default() })
             .unwrap();
     let mut bad = enc.bytes.to_vec();
     bad[HEADER_LEN + 8..HEADER_LEN + 12].copy_from_slice(&f32::NAN.to_le_bytes());
@@ -166,7 +240,7 @@ fn a_compressed_body_as_large_as_the_raw_one_is_refused() {
     // A valid zstd frame padded with a skippable frame still decompresses to the declared
     // raw body, but would let a payload grow past `largest_payload`.
     let x = vec![0.0f32; 64];
-    let f32_opts = EncodeOptions { codec: Codec::F32, block: 64, zstd_level: 0 };
+    let f32_opts = EncodeOptions { codec: Codec::F32, zstd_level: 0, ..Default::default() };
     let enc = encode(meta(0), &x, None, &f32_opts).unwrap();
     assert_eq!(enc.bytes.len() as u64, largest_payload(64));
     let mut body = zstd::bulk::compress(&[0u8; 256], 3).unwrap();
@@ -190,7 +264,7 @@ fn zstd_bomb_is_bounded_by_the_spec() {
     // A body that decompresses to more than the declared raw length is refused.
     let x = vec![0.0f32; 64];
     let enc =
-        encode(meta(0), &x, None, &EncodeOptions { codec: Codec::F32, block: 64, zstd_level: 3 })
+        encode(meta(0), &x, None, &EncodeOptions { codec: Codec::F32, ..Default::default() })
             .unwrap();
     let mut bytes = enc.bytes[..HEADER_LEN].to_vec();
     let bomb = zstd::bulk::compress(&vec![0u8; 1 << 20], 3).unwrap();

@@ -1,10 +1,10 @@
-//! The delta payload's fixed header (version 2, little-endian).
+//! The delta payload's fixed header (version 3, little-endian).
 //!
 //! ```text
 //! offset size field
 //!  0      4   magic "ATDL"
-//!  4      2   version (2)
-//!  6      1   codec (0 f32, 1 q8, 2 q4)
+//!  4      2   version (3)
+//!  6      1   codec (0 f32, 1 q8, 2 q4, 3 top2, 4 top1)
 //!  7      1   flags (bit 0: body is zstd-compressed; other bits must be 0)
 //!  8      4   fragment id
 //! 12      8   round the delta was published for
@@ -15,6 +15,7 @@
 //! 44      4   raw body length (after decompression)
 //! 48      4   stored body length (must equal the bytes that follow)
 //! 52      8   author: the protocol id of the peer that made the delta
+//! 60      4   keep: values sent per block (sparse codecs; 0 for the dense ones)
 //! ```
 //! Author, round, tokens and steps live inside the hashed bytes, so the weight a delta gets
 //! in the merge and the peer it is credited to are bound to its content address: whoever
@@ -25,9 +26,9 @@ use super::{Codec, DecodeError};
 
 pub(crate) const MAGIC: [u8; 4] = *b"ATDL";
 /// Version of the delta wire format; bump on any layout change.
-pub const DELTA_WIRE_VERSION: u16 = 2;
+pub const DELTA_WIRE_VERSION: u16 = 3;
 /// Bytes before the body.
-pub const HEADER_LEN: usize = 60;
+pub const HEADER_LEN: usize = 64;
 pub(crate) const FLAG_ZSTD: u8 = 1;
 
 /// The header's fields.
@@ -41,6 +42,7 @@ pub(crate) struct Header {
     pub steps: u64,
     pub numel: u32,
     pub block: u32,
+    pub keep: u32,
     pub raw_len: u32,
     pub stored_len: u32,
     pub author: u64,
@@ -61,6 +63,7 @@ impl Header {
         out.extend_from_slice(&self.raw_len.to_le_bytes());
         out.extend_from_slice(&self.stored_len.to_le_bytes());
         out.extend_from_slice(&self.author.to_le_bytes());
+        out.extend_from_slice(&self.keep.to_le_bytes());
     }
 
     /// Parses the header; checks only what needs no outside knowledge.
@@ -100,6 +103,7 @@ impl Header {
             raw_len: u32_at(44),
             stored_len: u32_at(48),
             author: u64_at(52),
+            keep: u32_at(60),
         })
     }
 }

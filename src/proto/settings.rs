@@ -241,6 +241,8 @@ impl Settings {
             r.encode.block,
             "8..=65536",
         )?;
+        let keep = !r.encode.codec.is_sparse() || (1..=r.encode.block).contains(&r.encode.keep);
+        check(keep, "encode.keep", r.encode.keep, "1..=encode.block")?;
         Ok(Self { raw, max_wait_ms: max_wait, tokens_per_step: u64::MAX })
     }
 
