@@ -55,8 +55,18 @@ fn main() {
     println!("fragment: {numel} f32 ({mb:.1} MB raw); best of 5; one thread");
     println!("| codec | bytes | ratio vs f32 | rel. L2 error | encode MB/s | decode MB/s |");
     println!("|---|---:|---:|---:|---:|---:|");
-    for codec in [Codec::F32, Codec::Q8, Codec::Q4] {
-        let opts = EncodeOptions { codec, block: 64, zstd_level: 3, ..Default::default() };
+    let dense = |codec| EncodeOptions { codec, block: 64, zstd_level: 3, keep: 0 };
+    let sparse = |codec| EncodeOptions { codec, block: 4096, zstd_level: 3, keep: 64 };
+    let cells = [
+        dense(Codec::F32),
+        dense(Codec::Q8),
+        dense(Codec::Q4),
+        sparse(Codec::Top2),
+        sparse(Codec::Top1),
+    ];
+    println!("(top2/top1: 64 of each 4096; rel. L2 error of one delta, before error feedback)");
+    for opts in cells {
+        let codec = opts.codec;
         let meta = DeltaMeta { author: 1, fragment: 0, round: 1, tokens: 1, steps: 1 };
         let (te, enc) = best(5, || {
             let mut fb = ErrorFeedback::new(numel);
@@ -67,8 +77,9 @@ fn main() {
         });
         let err: Vec<f32> = x.iter().zip(&dec.values).map(|(a, b)| a - b).collect();
         println!(
-            "| {codec:?} | {} | {:.2} | {:.4} | {:.0} | {:.0} |",
+            "| {codec:?} | {} ({:.3} bits/value) | {:.2} | {:.4} | {:.0} | {:.0} |",
             enc.bytes.len(),
+            (enc.bytes.len() * 8) as f64 / numel as f64,
             (numel * 4) as f64 / enc.bytes.len() as f64,
             delta::l2_norm(&err) / norm,
             mb / te,

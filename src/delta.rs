@@ -173,6 +173,12 @@ impl ErrorFeedback {
         Self { residual: vec![0.0; numel] }
     }
 
+    /// Continues a saved residual: `None` unless it has `numel` finite values.
+    pub fn from_residual(residual: Vec<f32>, numel: usize) -> Option<Self> {
+        (residual.len() == numel && residual.iter().all(|r| r.is_finite()))
+            .then_some(Self { residual })
+    }
+
     /// The residual that the next delta will carry.
     pub fn residual(&self) -> &[f32] {
         &self.residual
@@ -422,7 +428,8 @@ pub fn decode(bytes: &[u8], spec: &FragmentSpec, limits: &Limits) -> Result<Deco
     }
     // Both lengths are checked before anything is allocated or decompressed.
     let bound = max_raw_len(h.codec, numel, block, keep).unwrap_or(usize::MAX);
-    let raw_ok = if h.codec.is_sparse() { h.raw_len as usize <= bound } else { h.raw_len as usize == bound };
+    let raw_ok =
+        if h.codec.is_sparse() { h.raw_len as usize <= bound } else { h.raw_len as usize == bound };
     if !raw_ok {
         return Err(DecodeError::BodyLength { got: h.raw_len as usize, want: bound });
     }

@@ -85,8 +85,8 @@ pub use self::core::{ProtoError, Protocol, MAX_IN_FLIGHT, MAX_PEERS};
 pub use io::{ApplyAnchor, Contribution, Event, MergeReport, Metrics, Offence, Output, Timer};
 pub use merge::consensus_distance;
 pub use message::{
-    decode_message, encode_message, ContributionAnnounce, Message, MessageError, PeerId,
-    StateAnnounce, MAX_MESSAGE_BYTES, PROTOCOL_VERSION, TOPIC_PREFIX,
+    decode_message, encode_message, ContributionAnnounce, Message, MessageError, PeerId, Recipe,
+    StateAnnounce, MAX_MESSAGE_BYTES, MAX_RECIPE_IDS, PROTOCOL_VERSION, TOPIC_PREFIX,
 };
 pub use schedule::{Ema, Grace, Millis, Schedule};
 pub use settings::{MergeRule, RawSettings, Settings, SettingsError};

@@ -72,10 +72,23 @@ fn a_killed_peer_restarts_from_its_run_dir_and_the_swarm_ends_in_agreement() {
     // The status file of the killed process (still running=true) must not be mistaken for
     // the restarted one's.
     std::fs::remove_file(peers[2].spec.dir.join(status::FILE_NAME)).unwrap();
+    let residuals = saved_residual_norms(&peers[2].spec.dir);
+    assert!(!residuals.is_empty(), "the killed peer saved no error-feedback residual");
+    assert!(residuals.iter().any(|n| *n > 0.0), "every saved residual is zero: {residuals:?}");
 
     let spec = peers[2].spec.clone();
     peers[2] = Peer::start("peer 2 (restarted)", spec);
     let first = peers[2].wait_until("a status", Duration::from_secs(30), |_| true);
+    // It continues the residuals it saved before the kill (the log names their norms).
+    let norms: Vec<String> = residuals.iter().map(|n| format!("{n:e}")).collect();
+    let line = format!("fragments={} norms={}", residuals.len(), norms.join(","));
+    let log = peers[2].log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("continuing the error-feedback residuals") && l.contains(&line)),
+        "the restarted peer did not continue its residuals ({line})\n{}",
+        peers[2].log_tail()
+    );
     assert!(
         first.step >= ckpt_step,
         "the restarted peer reports step {} before its checkpoint's {ckpt_step}",
@@ -94,6 +107,22 @@ fn a_killed_peer_restarts_from_its_run_dir_and_the_swarm_ends_in_agreement() {
 
     wait_all_exit(&mut peers, common::deadline_for(steps));
     assert_same_final_anchors(&peers);
+}
+
+/// Norms of the error-feedback residuals saved in a run dir, by fragment (the file's f32
+/// body, checked against its trailing blake3).
+fn saved_residual_norms(dir: &std::path::Path) -> Vec<f32> {
+    let mut norms = Vec::new();
+    for p in 0.. {
+        let f = dir.join(format!("anchors/fragment-{p}.residual"));
+        let Ok(bytes) = std::fs::read(&f) else { break };
+        let (body, sum) = bytes.split_at(bytes.len() - 32);
+        assert_eq!(blake3::hash(body).as_bytes(), sum, "{} is corrupt", f.display());
+        let values: Vec<f32> =
+            body.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        norms.push(atoll::delta::l2_norm(&values));
+    }
+    norms
 }
 
 #[test]

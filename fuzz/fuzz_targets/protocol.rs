@@ -320,7 +320,7 @@ impl Harness {
                 let size = lie_size.unwrap_or(bytes.len() as u64);
                 let hash = self.remember(bytes);
                 let msg =
-                    Message::State(StateAnnounce { fragment: p as u32, round: r, hash, size });
+                    Message::State(StateAnnounce { fragment: p as u32, round: r, hash, size, recipe: None });
                 self.feed(Event::Message { from: peer(from), msg });
             }
             Op::RawContribution {
@@ -349,7 +349,7 @@ impl Harness {
             }
             Op::RawState { from, fragment, round, size, hash } => {
                 let msg =
-                    Message::State(StateAnnounce { fragment, round, hash: self.hash(hash), size });
+                    Message::State(StateAnnounce { fragment, round, hash: self.hash(hash), size, recipe: None });
                 self.feed(Event::Message { from: PeerId(from), msg });
             }
             Op::Deliver { idx, from_other } => {

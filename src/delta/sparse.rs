@@ -127,7 +127,8 @@ pub(crate) fn encode(x: &[f32], block: usize, keep: usize, bits: u32, out: &mut 
         let kept = &mut order[..k];
         kept.sort_unstable_by(by_size);
         let mags: Vec<f64> = kept.iter().map(|&i| f64::from(chunk[i as usize].abs())).collect();
-        let mean = |s: &[f64]| if s.is_empty() { 0.0 } else { s.iter().sum::<f64>() / s.len() as f64 };
+        let mean =
+            |s: &[f64]| if s.is_empty() { 0.0 } else { s.iter().sum::<f64>() / s.len() as f64 };
         let (lo, hi) = if bits == 2 {
             // Two levels: the means of the smaller and the larger half (one step of 2-means).
             let (big, small) = mags.split_at(k.div_ceil(2));
@@ -194,10 +195,8 @@ pub(crate) fn decode(
         return Err(SparseFault::BadStream);
     }
     let (level_bytes, stream) = body.split_at(level_bytes);
-    let lv: Vec<f32> = level_bytes
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
+    let lv: Vec<f32> =
+        level_bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
     if lv.iter().any(|l| !l.is_finite() || *l < 0.0) {
         return Err(SparseFault::BadLevel);
     }
@@ -292,7 +291,10 @@ mod tests {
         let x = [0.1, -4.0, 0.0, 2.0, 0.2, 0.0, 0.0, -0.3];
         let mut body = Vec::new();
         encode(&x, 8, 2, 1, &mut body);
-        assert_eq!(decode(&body, 8, 8, 2, 1).unwrap(), vec![0.0, -3.0, 0.0, 3.0, 0.0, 0.0, 0.0, 0.0]);
+        assert_eq!(
+            decode(&body, 8, 8, 2, 1).unwrap(),
+            vec![0.0, -3.0, 0.0, 3.0, 0.0, 0.0, 0.0, 0.0]
+        );
     }
 
     #[test]

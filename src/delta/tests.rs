@@ -101,8 +101,8 @@ proptest! {
                 gap[i] += f64::from(x[i]) - f64::from(enc.values[i]);
             }
         }
-        for i in 0..64 {
-            prop_assert!((gap[i] as f32 - fb.residual()[i]).abs() < 1e-4 * (1.0 + gap[i].abs() as f32));
+        for (g, r) in gap.iter().zip(fb.residual()) {
+            prop_assert!((*g as f32 - r).abs() < 1e-4 * (1.0 + g.abs() as f32));
         }
     }
 
@@ -146,7 +146,8 @@ fn four_bit_compresses_about_eight_times() {
 #[test]
 fn top_k_two_bit_is_under_a_quarter_bit_per_value() {
     // 64 of 4096 per block: SparseLoCo's 1.56%.
-    let x: Vec<f32> = (0..1 << 18).map(|i| ((i as f32) * 0.37).sin() * (1.0 + (i % 7) as f32)).collect();
+    let x: Vec<f32> =
+        (0..1 << 18).map(|i| ((i as f32) * 0.37).sin() * (1.0 + (i % 7) as f32)).collect();
     let opts = EncodeOptions { codec: Codec::Top2, block: 4096, keep: 64, ..Default::default() };
     let enc = encode(meta(0), &x, None, &opts).unwrap();
     let bits = (enc.bytes.len() * 8) as f64 / x.len() as f64;
@@ -177,15 +178,22 @@ fn a_sparse_header_with_a_bad_keep_is_refused() {
     assert!(matches!(decode(&bad, &s, &lim), Err(DecodeError::BodyLength { .. })));
     // And options the encoder cannot honour are an error, not a panic.
     let wrong = EncodeOptions { keep: 9, ..opts };
-    assert_eq!(encode(meta(2), &x, None, &wrong).unwrap_err(), EncodeError::BadKeep { keep: 9, block: 8 });
+    assert_eq!(
+        encode(meta(2), &x, None, &wrong).unwrap_err(),
+        EncodeError::BadKeep { keep: 9, block: 8 }
+    );
 }
 
 #[test]
 fn checks_reject_each_kind_of_bad_header() {
     let x = vec![0.5f32; 40];
-    let enc =
-        encode(meta(2), &x, None, &EncodeOptions { codec: Codec::Q8, block: 8, zstd_level: 0, ..Default::default() })
-            .unwrap();
+    let enc = encode(
+        meta(2),
+        &x,
+        None,
+        &EncodeOptions { codec: Codec::Q8, block: 8, zstd_level: 0, ..Default::default() },
+    )
+    .unwrap();
     let ok = enc.bytes.to_vec();
     let s = spec(2, 40);
     let lim = Limits::default();
@@ -223,9 +231,13 @@ fn checks_reject_each_kind_of_bad_header() {
 #[test]
 fn f32_payload_with_nan_is_refused() {
     let x = vec![1.0f32; 9];
-    let enc =
-        encode(meta(0), &x, None, &EncodeOptions { codec: Codec::F32, zstd_level: 0, ..Default::default() })
-            .unwrap();
+    let enc = encode(
+        meta(0),
+        &x,
+        None,
+        &EncodeOptions { codec: Codec::F32, zstd_level: 0, ..Default::default() },
+    )
+    .unwrap();
     let mut bad = enc.bytes.to_vec();
     bad[HEADER_LEN + 8..HEADER_LEN + 12].copy_from_slice(&f32::NAN.to_le_bytes());
     assert_eq!(decode(&bad, &spec(0, 9), &Limits::default()), Err(DecodeError::NonFinite(2)));
@@ -263,9 +275,8 @@ fn a_compressed_body_as_large_as_the_raw_one_is_refused() {
 fn zstd_bomb_is_bounded_by_the_spec() {
     // A body that decompresses to more than the declared raw length is refused.
     let x = vec![0.0f32; 64];
-    let enc =
-        encode(meta(0), &x, None, &EncodeOptions { codec: Codec::F32, ..Default::default() })
-            .unwrap();
+    let enc = encode(meta(0), &x, None, &EncodeOptions { codec: Codec::F32, ..Default::default() })
+        .unwrap();
     let mut bytes = enc.bytes[..HEADER_LEN].to_vec();
     let bomb = zstd::bulk::compress(&vec![0u8; 1 << 20], 3).unwrap();
     bytes[48..52].copy_from_slice(&(bomb.len() as u32).to_le_bytes());

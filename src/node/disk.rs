@@ -1,5 +1,5 @@
-//! The run dir's files written by the node (fragment states, `status.json`, `swarm.json`,
-//! `merges.jsonl`) go through one thread of their own, so the event loop never waits on
+//! The run dir's files written by the node (fragment states and residuals, `status.json`,
+//! `swarm.json`, `merges.jsonl`) go through one thread of their own, so the event loop never waits on
 //! the disk.
 //!
 //! Only the newest state of each fragment, status and swarm table wait to be written (a
@@ -35,6 +35,7 @@ struct Shared {
 #[derive(Default)]
 struct Pending {
     states: BTreeMap<u32, FragmentState>,
+    residuals: BTreeMap<u32, Vec<f32>>,
     status: Option<(bool, NetStats, Option<status::TrainingStatus>)>,
     swarm: Option<SwarmView>,
     merges: Vec<(u64, MergeReport)>,
@@ -45,6 +46,7 @@ struct Pending {
 impl Pending {
     fn is_empty(&self) -> bool {
         self.states.is_empty()
+            && self.residuals.is_empty()
             && self.status.is_none()
             && self.swarm.is_none()
             && self.merges.is_empty()
@@ -78,6 +80,13 @@ impl Disk {
     pub fn save_state(&self, state: FragmentState) {
         self.update(|p| {
             p.states.insert(state.fragment, state);
+        });
+    }
+
+    /// Queues a fragment's error-feedback residual, replacing an older pending one.
+    pub fn save_residual(&self, fragment: u32, residual: Vec<f32>) {
+        self.update(|p| {
+            p.residuals.insert(fragment, residual);
         });
     }
 
@@ -151,6 +160,11 @@ fn write_pending(run_dir: PathBuf, endpoints: &status::Endpoints, shared: &Share
         for state in batch.states.values() {
             if let Err(e) = anchors::save(&run_dir, state) {
                 tracing::error!(error = %e, "cannot save anchors; training goes on");
+            }
+        }
+        for (fragment, residual) in &batch.residuals {
+            if let Err(e) = anchors::save_residual(&run_dir, *fragment, residual) {
+                tracing::error!(error = %e, "cannot save the error-feedback residual");
             }
         }
         if let Some(view) = &batch.swarm {

@@ -44,7 +44,19 @@ impl<N: super::Network> Loop<N> {
                         queue.extend(more);
                     }
                 }
-                Output::Publish { msg, payload } => self.publish(msg, payload),
+                Output::Publish { msg, payload } => {
+                    let mine = self.peer.protocol().me();
+                    match &msg {
+                        // A new delta of ours moved the fragment's residual on: keep it with
+                        // the anchors, so a restart continues it.
+                        Message::Contribution(a) if a.origin == mine => {
+                            let residual = self.peer.protocol().residual(a.fragment as usize);
+                            self.disk.save_residual(a.fragment, residual.to_vec());
+                        }
+                        _ => {}
+                    }
+                    self.publish(msg, payload)
+                }
                 Output::Fetch { hash, holders, max_len, deadline } => {
                     self.fetch(hash, &holders, max_len, deadline)
                 }
@@ -70,6 +82,7 @@ impl<N: super::Network> Loop<N> {
                 }
                 Output::Adopted { fragment, round, previous_round, .. } => {
                     self.status.adopted += 1;
+                    self.status.recomputed = self.peer.protocol().metrics().recomputed;
                     tracing::info!(fragment, round, previous_round, "adopted the swarm's state");
                     self.disk.save_state(self.peer.protocol().state(fragment).clone());
                 }

@@ -82,7 +82,9 @@ pub(super) fn open_protocol(
         Ok(Some(states)) => match from_the_future(&states, settings, &opts.manifest) {
             None => {
                 tracing::info!(round = states[0].round, "resuming protocol state");
-                return Ok((Protocol::restore(me, settings.clone(), plan, states, seed)?, true));
+                let mut proto = Protocol::restore(me, settings.clone(), plan, states, seed)?;
+                restore_residuals(&mut proto, &opts.run_dir, plan);
+                return Ok((proto, true));
             }
             Some((fragment, round, now_round)) => tracing::warn!(
                 fragment,
@@ -107,6 +109,29 @@ pub(super) fn open_protocol(
         None => initial_anchors(&opts.manifest.train, opts.backend, plan),
     };
     Ok((Protocol::new(me, settings.clone(), plan, init, seed)?, false))
+}
+
+/// Continues the error-feedback residuals saved beside the anchors. One that is missing
+/// starts at zero; one that cannot be read is reported and starts at zero (what it held
+/// is delayed signal, not state the swarm depends on).
+fn restore_residuals(proto: &mut Protocol, run_dir: &std::path::Path, plan: &FragmentPlan) {
+    let mut restored = Vec::new();
+    for spec in &plan.fragments {
+        match anchors::load_residual(run_dir, spec) {
+            Ok(Some(r)) => {
+                let norm = crate::delta::l2_norm(&r);
+                if proto.restore_residual(spec.id, r) {
+                    restored.push(norm);
+                }
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "cannot read a saved residual; it starts at zero"),
+        }
+    }
+    if !restored.is_empty() {
+        let norms: Vec<String> = restored.iter().map(|n| format!("{n:e}")).collect();
+        tracing::info!(fragments = restored.len(), norms = %norms.join(","), "continuing the error-feedback residuals");
+    }
 }
 
 /// A node's trainer and protocol state, opened from its run dir and manifest.

@@ -72,6 +72,24 @@ impl Protocol {
         if leader.hash == lane.state_hash {
             return;
         }
+        // A state made from a parent and deltas held here is recomputed, not fetched:
+        // kilobytes of deltas at most instead of the whole fragment's anchor and momentum.
+        if let Some((state, bytes)) =
+            lane.recompute(leader.hash, leader.round, &self.settings, &self.limits)
+        {
+            self.metrics.recomputed += 1;
+            let lane = &mut self.lanes[p];
+            let me = self.me;
+            out.extend(lane.adopt(
+                me,
+                state,
+                leader.hash,
+                bytes,
+                &self.settings,
+                &mut self.metrics,
+            ));
+            return;
+        }
         let mut sources: Vec<PeerId> =
             leader.holders.into_iter().filter(|&h| h != self.me).collect();
         if sources.is_empty() {

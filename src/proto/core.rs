@@ -7,7 +7,7 @@ use super::lane::{Lane, Window};
 use super::schedule::{Grace, Millis, Schedule};
 use super::state::FragmentState;
 use super::{ContributionAnnounce, Message, PeerId, Settings};
-use crate::delta::{self, ContentHash, DeltaMeta, Limits};
+use crate::delta::{self, ContentHash, DeltaMeta, ErrorFeedback, Limits};
 use crate::fragment::FragmentPlan;
 use bytes::Bytes;
 
@@ -99,6 +99,19 @@ impl Protocol {
             .map(|(p, a)| FragmentState::initial(p as u32, a))
             .collect();
         Self::restore(me, settings, plan, states, seed)
+    }
+
+    /// Continues a saved error-feedback residual of fragment `p`; `false` (and nothing
+    /// changes) when there is no such fragment or the residual does not fit it.
+    pub fn restore_residual(&mut self, p: usize, residual: Vec<f32>) -> bool {
+        let Some(lane) = self.lanes.get_mut(p) else { return false };
+        match ErrorFeedback::from_residual(residual, lane.state.anchor.len()) {
+            Some(fb) => {
+                lane.feedback = fb;
+                true
+            }
+            None => false,
+        }
     }
 
     /// A peer resuming from saved fragment states (e.g. a checkpoint).
@@ -216,6 +229,7 @@ impl Protocol {
                     round: lane.state.round,
                     hash: lane.state_hash,
                     size: lane.state.wire_len() as u64,
+                    recipe: lane.recipe(),
                 });
                 out.push(Output::Publish { msg, payload: lane.state_bytes.clone() });
             }

@@ -8,14 +8,20 @@
 //! forgery, whoever voted for it. A state nobody here can recompute (another lineage, a
 //! late joiner, a delta we never got) is adopted only with at least half of the round's
 //! counted voters behind it, not a mere plurality (src/proto/catchup.rs).
+//!
+//! The same recomputation saves the fetch: a state announcement carries the state's
+//! *recipe* (parent and merged ids), and a peer whose merge took another set than the
+//! swarm's recomputes the swarm's state from the deltas it holds instead of downloading
+//! the fragment's anchor and momentum (8 bytes per parameter).
 
 use super::fasthash::FastMap;
 use super::held::{self, merge_inputs};
 use super::lane::{Lane, Window};
 use super::merge;
 use super::state::FragmentState;
-use super::Settings;
+use super::{PeerId, Recipe, Settings, MAX_RECIPE_IDS};
 use crate::delta::{ContentHash, Limits};
+use bytes::Bytes;
 
 /// What recomputing a fetched state showed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +34,9 @@ pub(crate) enum Evidence {
     Unverifiable,
 }
 
+/// Most recipes a fragment keeps (only credited voters' count; see `Lane::note_recipe`).
+const MAX_RECIPES: usize = 256;
+
 impl Lane {
     /// Recomputes `new` (whose hash is `hash`) from its parent and contributions, if this
     /// peer holds them.
@@ -38,49 +47,100 @@ impl Lane {
         settings: &Settings,
         limits: &Limits,
     ) -> Evidence {
-        let base = if new.parent == self.state_hash {
-            Some(&self.state)
-        } else {
-            self.prior.as_ref().filter(|(h, _)| *h == new.parent).map(|(_, s)| s)
-        };
-        let Some(base) = base else { return Evidence::Unverifiable };
         let Some((round, ids)) = new.log.back().filter(|(r, _)| *r == new.round) else {
             return Evidence::Unverifiable;
         };
+        match self.redo(new.parent, *round, ids, settings, limits) {
+            Ok(redone) if redone.hash() == hash => Evidence::Verified,
+            Ok(_) => Evidence::Forged(format!(
+                "state of round {round} is not what its parent and its {} contribution(s) give",
+                ids.len()
+            )),
+            Err(e) => e,
+        }
+    }
+
+    /// The recipe of this peer's own state: its parent and its last merge's contributions,
+    /// when that merge was this state's and small enough to announce.
+    pub fn recipe(&self) -> Option<Recipe> {
+        let (round, ids) = self.state.log.back()?;
+        let listable = *round == self.state.round && self.state.round > 0;
+        (listable && ids.len() <= MAX_RECIPE_IDS)
+            .then(|| Recipe { parent: self.state.parent, merged: ids.clone() })
+    }
+
+    /// Keeps the recipe `from` announced for state `hash` of `round`, if `from` is a
+    /// credited voter (fresh identities cannot fill the table) and the recipe is well
+    /// formed; the first one heard for a hash stays. A false recipe costs the fetch it
+    /// was meant to save, nothing more: a recomputed state counts only if it hashes right.
+    pub fn note_recipe(&mut self, from: PeerId, hash: ContentHash, round: u64, recipe: Recipe) {
+        let sorted = recipe.merged.windows(2).all(|w| w[0] < w[1]);
+        let fits = recipe.merged.len() <= MAX_RECIPE_IDS && self.recipes.len() < MAX_RECIPES;
+        if sorted && fits && round > 0 && self.votes.counts(&from) {
+            self.recipes.entry(hash).or_insert((round, recipe));
+        }
+    }
+
+    /// State `hash` of `round`, recomputed from the recipe heard for it, when this peer
+    /// holds its parent and every contribution it lists and the result hashes to `hash`;
+    /// with its wire form.
+    pub fn recompute(
+        &self,
+        hash: ContentHash,
+        round: u64,
+        settings: &Settings,
+        limits: &Limits,
+    ) -> Option<(FragmentState, Bytes)> {
+        let (r, recipe) = self.recipes.get(&hash).filter(|(r, _)| *r == round)?;
+        let redone = self.redo(recipe.parent, *r, &recipe.merged, settings, limits).ok()?;
+        let bytes = redone.to_bytes();
+        (ContentHash::of(&bytes) == hash).then(|| (redone, bytes.into()))
+    }
+
+    /// The state of `round` that merging the contributions `ids` (short ids, sorted) on
+    /// state `parent` gives; `Unverifiable` when this peer lacks the parent or a delta,
+    /// `Forged` when a listed delta makes the merge non-finite.
+    fn redo(
+        &self,
+        parent: ContentHash,
+        round: u64,
+        ids: &[u64],
+        settings: &Settings,
+        limits: &Limits,
+    ) -> Result<FragmentState, Evidence> {
+        let base = if parent == self.state_hash {
+            Some(&self.state)
+        } else {
+            self.prior.as_ref().filter(|(h, _)| *h == parent).map(|(_, s)| s)
+        };
+        let Some(base) = base else { return Err(Evidence::Unverifiable) };
         let by_short: FastMap<u64, ContentHash> =
             self.held.keys().map(|h| (h.short(), *h)).collect();
         let Some(listed) =
             ids.iter().map(|id| by_short.get(id).copied()).collect::<Option<Vec<_>>>()
         else {
-            return Evidence::Unverifiable;
+            return Err(Evidence::Unverifiable);
         };
         let decoded = held::decode(&self.held, &self.spec, &listed, settings, limits);
         if decoded.len() != listed.len() {
-            return Evidence::Unverifiable;
+            return Err(Evidence::Unverifiable);
         }
         let mut inputs = merge_inputs(&decoded);
         merge::canonical_order(&mut inputs);
         let step =
             merge::robust_step(&self.spec, &mut inputs, &base.anchor, &base.momentum, settings);
         if !step.dropped.is_empty() {
-            return Evidence::Forged(format!(
+            return Err(Evidence::Forged(format!(
                 "state of round {round} merges {} contribution(s) that make the merge non-finite",
                 step.dropped.len()
-            ));
+            )));
         }
         let mut redone = base.clone();
         redone.anchor = step.anchor;
         redone.momentum = step.momentum;
-        redone.round = *round;
-        redone.parent = new.parent;
-        redone.record(*round, ids.clone(), Window::of(settings).log_rounds());
-        if redone.hash() == hash {
-            Evidence::Verified
-        } else {
-            Evidence::Forged(format!(
-                "state of round {round} is not what its parent and its {} contribution(s) give",
-                ids.len()
-            ))
-        }
+        redone.round = round;
+        redone.parent = parent;
+        redone.record(round, ids.to_vec(), Window::of(settings).log_rounds());
+        Ok(redone)
     }
 }

@@ -28,7 +28,12 @@ impl Protocol {
             return misbehaved(out, from, Offence::UnknownFragment, format!("fragment {p}"));
         }
         match msg {
-            Message::State(s) => self.vote(from, p, s.round, s.hash, now, out),
+            Message::State(s) => {
+                if let Some(recipe) = s.recipe {
+                    self.lanes[p].note_recipe(from, s.hash, s.round, recipe);
+                }
+                self.vote(from, p, s.round, s.hash, now, out)
+            }
             Message::Contribution(c) => {
                 // The base state is a vote, but state announcements carry the same votes a
                 // moment later; it only matters when it shows we are behind (a restarted

@@ -191,6 +191,8 @@ pub struct Metrics {
     pub late_merged: u64,
     pub stale_dropped: u64,
     pub adoptions: u64,
+    /// Adoptions of a state recomputed here from its recipe (no state fetched).
+    pub recomputed: u64,
     pub resurrected: u64,
     pub fetches: u64,
     pub fetch_failures: u64,

@@ -63,6 +63,8 @@ pub(crate) struct Lane {
     /// The state held before the latest merge or adoption, with its hash: the parent a
     /// competing state of the same round names, checked against (src/proto/evidence.rs).
     pub prior: Option<(ContentHash, FragmentState)>,
+    /// Recipes credited voters announced, by state hash, with the state's round.
+    pub recipes: FastMap<ContentHash, (u64, super::Recipe)>,
 }
 
 /// Which contributions a round merges: those made for rounds `round − lag − lateness ..=
@@ -118,6 +120,7 @@ impl Lane {
             last_snapshot_at: None,
             closed_round: 0,
             prior: None,
+            recipes: FastMap::default(),
         }
     }
 
@@ -296,6 +299,7 @@ impl Lane {
             round: self.state.round,
             hash: self.state_hash,
             size: self.state.wire_len() as u64,
+            recipe: self.recipe(),
         });
         let publish = Output::Publish { msg: announce, payload: self.state_bytes.clone() };
         vec![Output::Apply(apply), publish, report]
@@ -318,6 +322,7 @@ impl Lane {
         self.claims.retain(|(_, r), _| !w.stale(*r, round));
         self.equivocators.retain(|(_, r)| !w.stale(*r, round));
         self.votes.prune(round.saturating_sub(w.log_rounds()));
+        self.recipes.retain(|_, (r, _)| r.saturating_add(w.log_rounds()) >= round);
     }
 
     /// Marks held deltas that `new` already merged as merged, and re-queues those this peer

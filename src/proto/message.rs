@@ -46,6 +46,22 @@ pub struct StateAnnounce {
     pub round: u64,
     pub hash: ContentHash,
     pub size: u64,
+    /// How the state was made, when its merge took at most [`MAX_RECIPE_IDS`]
+    /// contributions: a peer that holds the parent and the contributions recomputes it
+    /// (the merge is deterministic) instead of fetching it. A claim like any other: the
+    /// result counts only if it hashes to `hash`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recipe: Option<Recipe>,
+}
+
+/// Most contributions a [`Recipe`] lists (a message stays under [`MAX_MESSAGE_BYTES`]).
+pub const MAX_RECIPE_IDS: usize = 64;
+
+/// A state's parent and the short ids (sorted) of the contributions its last merge took.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Recipe {
+    pub parent: ContentHash,
+    pub merged: Vec<u64>,
 }
 
 /// Everything the protocol gossips.
@@ -129,6 +145,7 @@ mod tests {
             round: 9,
             hash: ContentHash::of(b"s"),
             size: 10,
+            recipe: None,
         });
         let bytes = encode_message(&m);
         assert!(bytes.len() < 200);

@@ -130,6 +130,7 @@ fn hostile_inputs_are_refused_without_panicking() {
         round: 1,
         hash: ContentHash::default(),
         size: 1,
+        recipe: None,
     });
     let out = p.handle(Event::Message { from: PeerId(7), msg: bad }, 10);
     assert!(matches!(out.as_slice(), [Output::Misbehaved { peer: PeerId(7), .. }]));
@@ -218,7 +219,7 @@ fn a_state_nobody_can_serve_is_not_chased_round_after_round() {
     credit(&mut p, 9, 5, 5_500);
     let x = ContentHash::of(b"a state only a stalled peer holds");
     let vote = |round| {
-        let s = StateAnnounce { fragment: 0, round, hash: x, size: 100 };
+        let s = StateAnnounce { fragment: 0, round, hash: x, size: 100, recipe: None };
         Event::Message { from: PeerId(9), msg: Message::State(s) }
     };
     let fetches = |out: &[Output]| out.iter().filter(|o| matches!(o, Output::Fetch { .. })).count();
@@ -246,7 +247,7 @@ fn crediting_a_voter_catches_up_at_once() {
     let x = ContentHash::of(b"the swarm's state");
     let fetches_x =
         |out: &[Output]| out.iter().any(|o| matches!(o, Output::Fetch { hash, .. } if *hash == x));
-    let s = StateAnnounce { fragment: 0, round: 5, hash: x, size: 100 };
+    let s = StateAnnounce { fragment: 0, round: 5, hash: x, size: 100, recipe: None };
     let out = p.handle(Event::Message { from: PeerId(9), msg: Message::State(s) }, 5_500);
     assert!(!fetches_x(&out), "a vote of a peer with no verified work made us fetch");
     let (c, bytes) = delta_by(9, 5, 0.01);

@@ -40,6 +40,9 @@ pub struct TrainingStatus {
     pub merges: u64,
     pub skipped: u64,
     pub adopted: u64,
+    /// Of `adopted`, states recomputed here from their recipe (no state fetched).
+    #[serde(default)]
+    pub recomputed: u64,
     /// Messages refused because they belong to another run manifest.
     pub foreign_messages: u64,
     /// When the latest of them came (`atoll doctor` reports a mismatch while they keep

@@ -303,8 +303,13 @@ impl Sim {
         }
         let bytes: Bytes = state.to_bytes().into();
         let hash = ContentHash::of(&bytes);
-        let vote =
-            StateAnnounce { fragment: s.fragment, round: voted, hash, size: bytes.len() as u64 };
+        let vote = StateAnnounce {
+            fragment: s.fragment,
+            round: voted,
+            hash,
+            size: bytes.len() as u64,
+            recipe: None,
+        };
         self.byz.keep(i, hash, bytes);
         let voters: Vec<PeerId> =
             std::iter::once(PeerId(i as u64)).chain((0..sybils).map(|k| sybil(i, k))).collect();

@@ -26,6 +26,12 @@ impl Protocol {
         &self.lanes[p].state
     }
 
+    /// The error-feedback residual of fragment `p`: what its published deltas have not
+    /// sent yet (part of the peer's state, saved beside the anchors).
+    pub fn residual(&self, p: usize) -> &[f32] {
+        self.lanes[p].feedback.residual()
+    }
+
     /// blake3 of the state of fragment `p`; equal on all peers when they agree.
     pub fn state_hash(&self, p: usize) -> ContentHash {
         self.lanes[p].state_hash

@@ -262,14 +262,14 @@ fn votes_need_verified_work_and_states_their_voted_round() {
     let fake = ContentHash::of(b"forged state");
     let mut out = Vec::new();
     for sybil in 1000..1100u64 {
-        let s = StateAnnounce { fragment: 0, round: 2, hash: fake, size: 100 };
+        let s = StateAnnounce { fragment: 0, round: 2, hash: fake, size: 100, recipe: None };
         let msg = Message::State(s);
         out.extend(p.handle(Event::Message { from: PeerId(sybil), msg }, t + 1));
     }
     assert_eq!(fetches(&out), 0, "a hundred fresh keys moved the peer");
     // Far-future rounds from credited peers do not count either (u64::MAX wedged peers).
     super::credit(&mut p, 2, 1, t + 2);
-    let s = StateAnnounce { fragment: 0, round: u64::MAX, hash: fake, size: 100 };
+    let s = StateAnnounce { fragment: 0, round: u64::MAX, hash: fake, size: 100, recipe: None };
     let out = p.handle(Event::Message { from: PeerId(2), msg: Message::State(s) }, t + 3);
     assert_eq!(fetches(&out), 0);
     // A credited peer that votes round 3 (ahead of us) and serves a state of another round
@@ -278,7 +278,7 @@ fn votes_need_verified_work_and_states_their_voted_round() {
     forged.round = 7;
     let bytes: Bytes = forged.to_bytes().into();
     let hash = ContentHash::of(&bytes);
-    let s = StateAnnounce { fragment: 0, round: 3, hash, size: bytes.len() as u64 };
+    let s = StateAnnounce { fragment: 0, round: 3, hash, size: bytes.len() as u64, recipe: None };
     let now = 3_100;
     let out = p.handle(Event::Message { from: PeerId(2), msg: Message::State(s) }, now);
     assert_eq!(fetches(&out), 1);
@@ -299,7 +299,13 @@ fn extreme_numbers_panic_nothing() {
     let (_, bytes) = delta_by(66, u64::MAX, 0.1);
     c.round = 1;
     deliver(&mut p, 66, &c, bytes, t + 1);
-    let s = StateAnnounce { fragment: 1, round: u64::MAX, hash: ContentHash::default(), size: 1 };
+    let s = StateAnnounce {
+        fragment: 1,
+        round: u64::MAX,
+        hash: ContentHash::default(),
+        size: 1,
+        recipe: None,
+    };
     p.handle(Event::Message { from: PeerId(66), msg: Message::State(s) }, t + 2);
     for at in [t + 3, u64::MAX / 2, u64::MAX] {
         p.handle(Event::Timer(Timer::Open { fragment: 0, round: u64::MAX }), at);
@@ -381,7 +387,7 @@ mod generated {
                             fragment,
                             round,
                             hash: ContentHash::of(&round.to_le_bytes()),
-                            size: tokens,
+                            size: tokens, recipe: None,
                         };
                         p.handle(Event::Message { from: sender, msg: Message::State(s) }, now)
                     }

@@ -25,7 +25,13 @@ fn vote_and_serve(
 ) -> Vec<Output> {
     let bytes: Bytes = state.to_bytes().into();
     let hash = ContentHash::of(&bytes);
-    let s = StateAnnounce { fragment: 0, round: state.round, hash, size: bytes.len() as u64 };
+    let s = StateAnnounce {
+        fragment: 0,
+        round: state.round,
+        hash,
+        size: bytes.len() as u64,
+        recipe: None,
+    };
     let mut out = Vec::new();
     for &v in voters {
         out.extend(
@@ -103,6 +109,70 @@ fn an_honest_competing_state_is_verified_and_adopted() {
     assert_eq!(p.state(0), &theirs, "the verified state was not adopted");
 }
 
+/// `voters` announce `state` with `recipe`; reconciliation runs. Returns what it output.
+fn announce_with_recipe(
+    p: &mut Protocol,
+    voters: &[u64],
+    state: &FragmentState,
+    recipe: Recipe,
+    now: Millis,
+) -> Vec<Output> {
+    let hash = state.hash();
+    let size = state.wire_len() as u64;
+    let s = StateAnnounce { fragment: 0, round: state.round, hash, size, recipe: Some(recipe) };
+    let mut out = Vec::new();
+    for &v in voters {
+        let msg = Message::State(s.clone());
+        out.extend(p.handle(Event::Message { from: PeerId(v), msg }, now));
+    }
+    let reconcile = Timer::Reconcile { fragment: 0, round: state.round };
+    out.extend(p.handle(Event::Timer(reconcile), now));
+    out
+}
+
+#[test]
+fn a_competing_state_is_recomputed_from_its_recipe_not_fetched() {
+    // Peer 1 merged without peer 4's delta, which came late; peer 7 merged all three.
+    let late = |p: &mut Protocol| {
+        let (c, bytes) = delta_by(4, 1, 0.3);
+        p.handle(Event::Message { from: PeerId(4), msg: Message::Contribution(c.clone()) }, 1150);
+        p.handle(Event::Fetched { from: PeerId(4), hash: c.hash, bytes }, 1150);
+    };
+    let q = merged_round_one(7, &[(2, 0.1), (3, 0.2), (4, 0.3)]);
+    let theirs = q.state(0).clone();
+    let (_, ids) = theirs.log.back().unwrap().clone();
+    let honest = Recipe { parent: theirs.parent, merged: ids.clone() };
+    assert_eq!(q.state(0).log.back().map(|(r, _)| *r), Some(1));
+
+    let mut p = merged_round_one(1, &[(2, 0.1), (3, 0.2)]);
+    late(&mut p);
+    let out = announce_with_recipe(&mut p, &[2, 3, 4], &theirs, honest.clone(), 1200);
+    assert_eq!(fetched(&out), None, "the state was fetched though it could be recomputed");
+    assert_eq!(p.state(0), &theirs, "the recomputed state was not adopted");
+    assert_eq!((p.metrics().recomputed, p.metrics().adoptions), (1, 1));
+    // What it now announces carries the same recipe, so others can do the same.
+    let announced = out.iter().find_map(|o| match o {
+        Output::Publish { msg: Message::State(s), .. } => Some(s.clone()),
+        _ => None,
+    });
+    assert_eq!(announced.and_then(|s| s.recipe), Some(honest.clone()));
+
+    // A false recipe (one delta left out) recomputes to another hash: the state is
+    // fetched as before, and nothing is adopted on the recipe's word.
+    let mut p = merged_round_one(1, &[(2, 0.1), (3, 0.2)]);
+    late(&mut p);
+    let lie = Recipe { parent: theirs.parent, merged: ids[..2].to_vec() };
+    let out = announce_with_recipe(&mut p, &[2, 3, 4], &theirs, lie, 1200);
+    assert_eq!(fetched(&out), Some(theirs.hash()));
+    assert_eq!(p.metrics().recomputed, 0);
+
+    // A recipe from voters this peer has not credited is not kept.
+    let mut p = merged_round_one(1, &[(2, 0.1), (3, 0.2)]);
+    late(&mut p);
+    let out = announce_with_recipe(&mut p, &[8, 9], &theirs, honest, 1200);
+    assert_eq!(p.metrics().recomputed, 0, "{out:?}");
+}
+
 #[test]
 fn a_state_nobody_can_recompute_needs_half_the_voters() {
     let mut p = peer(1, 0);
@@ -125,7 +195,8 @@ fn a_state_nobody_can_recompute_needs_half_the_voters() {
     let announce = |p: &mut Protocol, voter: u64, state: &FragmentState| {
         let bytes = state.to_bytes();
         let hash = ContentHash::of(&bytes);
-        let s = StateAnnounce { fragment: 0, round: 1, hash, size: bytes.len() as u64 };
+        let s =
+            StateAnnounce { fragment: 0, round: 1, hash, size: bytes.len() as u64, recipe: None };
         p.handle(Event::Message { from: PeerId(voter), msg: Message::State(s) }, now);
     };
     for (v, seed) in [(4, 0.5), (5, 0.75), (6, 1.0)] {
