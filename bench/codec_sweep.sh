@@ -20,7 +20,14 @@ cells=(
   'top2 64/4096|{"encode": {"codec": "top2", "block": 4096, "keep": 64, "zstd_level": 3}}'
   'top2 128/4096|{"encode": {"codec": "top2", "block": 4096, "keep": 128, "zstd_level": 3}}'
   'top1 64/4096|{"encode": {"codec": "top1", "block": 4096, "keep": 64, "zstd_level": 3}}'
-  'top2 32/1024|{"encode": {"codec": "top2", "block": 1024, "keep": 32, "zstd_level": 3}}'
+  'top2 256/4096|{"encode": {"codec": "top2", "block": 4096, "keep": 256, "zstd_level": 3}}'
+  'top2 64/4096, no agreement weights|{"encode": {"codec": "top2", "block": 4096, "keep": 64, "zstd_level": 3}, "agreement_weights": false}'
+  'top2 64/4096, plain mean|{"encode": {"codec": "top2", "block": 4096, "keep": 64, "zstd_level": 3}, "merge": "mean"}'
+  'top2 64/4096, outer lr 1, no momentum|{"encode": {"codec": "top2", "block": 4096, "keep": 64, "zstd_level": 3}, "outer_lr": 1.0, "momentum": 0.0}'
+  'top2 1024/4096|{"encode": {"codec": "top2", "block": 4096, "keep": 1024, "zstd_level": 3}}'
+  'top2 512/4096|{"encode": {"codec": "top2", "block": 4096, "keep": 512, "zstd_level": 3}}'
+  'top1 256/4096|{"encode": {"codec": "top1", "block": 4096, "keep": 256, "zstd_level": 3}}'
+  'top2 64/4096, H 5|{"encode": {"codec": "top2", "block": 4096, "keep": 64, "zstd_level": 3}, "h": 5}'
 )
 if [[ -n "${CELLS:-}" ]]; then
   mapfile -t picked < <(for i in $CELLS; do echo "${cells[$i]}"; done)

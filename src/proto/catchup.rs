@@ -90,6 +90,9 @@ impl Protocol {
             ));
             return;
         }
+        // A recipe that did not give the state (false, or a delta not here) is not tried
+        // again: the state is fetched.
+        self.lanes[p].recipes.remove(&leader.hash);
         let mut sources: Vec<PeerId> =
             leader.holders.into_iter().filter(|&h| h != self.me).collect();
         if sources.is_empty() {

@@ -5,7 +5,7 @@
 use super::core::{misbehaved, Claim, InFlight, Kind, Protocol, MAX_IN_FLIGHT};
 use super::held::Held;
 use super::io::{Offence, Output};
-use super::lane::Window;
+use super::lane::{Lane, Window};
 use super::schedule::Millis;
 use super::{ContributionAnnounce, Message, PeerId};
 use crate::delta::{self, ContentHash, Decoded};
@@ -14,6 +14,9 @@ use bytes::Bytes;
 /// Most announcers of one payload whose claims are checked against its header (the rest
 /// are only recorded: see `on_announce`).
 const MAX_CLAIMS: usize = 8;
+
+/// Most (author, round) pairs remembered as equivocating, per fragment.
+const MAX_EQUIVOCATORS: usize = 4096;
 
 impl Protocol {
     pub(super) fn on_message(
@@ -225,3 +228,26 @@ fn header_claim(d: &Decoded) -> Claim {
 
 /// An offence and what exactly was wrong.
 type Misdeed = (Offence, String);
+
+impl Lane {
+    /// Whether `author` announced two different deltas for `round`.
+    pub fn equivocated(&self, author: PeerId, round: u64) -> bool {
+        self.equivocators.contains(&(author, round))
+    }
+
+    /// Refuses every delta of `author` for `round`, also those already held but not merged.
+    pub fn drop_equivocator(&mut self, author: PeerId, round: u64) {
+        if self.equivocators.len() < MAX_EQUIVOCATORS {
+            self.equivocators.insert((author, round));
+        }
+        let mut freed = 0;
+        self.held.retain(|_, h| {
+            let keep = h.origin != author || h.round != round || h.merged_at.is_some();
+            if !keep {
+                freed += h.bytes.len() as u64;
+            }
+            keep
+        });
+        self.held_bytes -= freed;
+    }
+}

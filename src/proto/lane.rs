@@ -12,9 +12,6 @@ use crate::delta::{ContentHash, ErrorFeedback, Limits};
 use crate::fragment::FragmentSpec;
 use bytes::Bytes;
 
-/// Most (author, round) pairs remembered as equivocating, per fragment.
-const MAX_EQUIVOCATORS: usize = 4096;
-
 /// Bookkeeping of the round currently open.
 #[derive(Debug, Clone)]
 pub(crate) struct OpenRound {
@@ -122,27 +119,6 @@ impl Lane {
             prior: None,
             recipes: FastMap::default(),
         }
-    }
-
-    /// Whether `author` announced two different deltas for `round`.
-    pub fn equivocated(&self, author: PeerId, round: u64) -> bool {
-        self.equivocators.contains(&(author, round))
-    }
-
-    /// Refuses every delta of `author` for `round`, also those already held but not merged.
-    pub fn drop_equivocator(&mut self, author: PeerId, round: u64) {
-        if self.equivocators.len() < MAX_EQUIVOCATORS {
-            self.equivocators.insert((author, round));
-        }
-        let mut freed = 0;
-        self.held.retain(|_, h| {
-            let keep = h.origin != author || h.round != round || h.merged_at.is_some();
-            if !keep {
-                freed += h.bytes.len() as u64;
-            }
-            keep
-        });
-        self.held_bytes -= freed;
     }
 
     /// Whether `h` should count towards the open round's quorum.
