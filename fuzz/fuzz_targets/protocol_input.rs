@@ -94,7 +94,7 @@ pub enum Op {
         steps: Count,
         values: Values,
         codec: u8,
-        /// Header bytes overwritten after encoding (offset in the 60-byte header, value).
+        /// Header bytes overwritten after encoding (offset in the 64-byte header, value).
         edits: Vec<(u8, u8)>,
         /// Announcement fields that differ from the payload.
         lie: Option<Lie>,
