@@ -286,11 +286,20 @@ pub fn swarm_with(
     until: &[Until],
     adjust: impl Fn(usize, Spec) -> Spec,
 ) -> Vec<Peer> {
-    let manifest = swarm_manifest(root, name);
+    swarm_of(root, &swarm_manifest(root, name), until, adjust)
+}
+
+/// [`swarm_with`] on a manifest of the caller's (a file).
+pub fn swarm_of(
+    root: &Path,
+    manifest: &Path,
+    until: &[Until],
+    adjust: impl Fn(usize, Spec) -> Spec,
+) -> Vec<Peer> {
     let n = until.len();
     let spec = |i: usize| {
         let dir = root.join(format!("peer-{i}"));
-        adjust(i, Spec::train(dir, &manifest, &format!("{i}/{n}"), until[i]))
+        adjust(i, Spec::train(dir, manifest, &format!("{i}/{n}"), until[i]))
     };
     let mut peers = vec![Peer::start("peer 0", spec(0))];
     let addr = peers[0].listen_addr(Duration::from_secs(30));
