@@ -111,7 +111,8 @@ impl BitReader<'_> {
 /// Encodes `x` into `out` (levels, then the bit stream).
 pub(crate) fn encode(x: &[f32], block: usize, keep: usize, bits: u32, out: &mut Vec<u8>) {
     let r = rice(block, keep);
-    let mut picks: Vec<Vec<(u32, bool, bool)>> = Vec::with_capacity(x.len().div_ceil(block));
+    let mut stream = Vec::new();
+    let mut w = BitWriter { out: &mut stream, acc: 0, n: 0 };
     let mut order: Vec<u32> = Vec::with_capacity(block);
     for chunk in x.chunks(block) {
         let k = keep.min(chunk.len());
@@ -126,49 +127,45 @@ pub(crate) fn encode(x: &[f32], block: usize, keep: usize, bits: u32, out: &mut 
         }
         let kept = &mut order[..k];
         kept.sort_unstable_by(by_size);
-        let mags: Vec<f64> = kept.iter().map(|&i| f64::from(chunk[i as usize].abs())).collect();
-        let mean =
-            |s: &[f64]| if s.is_empty() { 0.0 } else { s.iter().sum::<f64>() / s.len() as f64 };
+        let mean = |s: &[u32]| {
+            let sum: f64 = s.iter().map(|&i| f64::from(chunk[i as usize].abs())).sum();
+            if s.is_empty() {
+                0.0
+            } else {
+                (sum / s.len() as f64) as f32
+            }
+        };
         let (lo, hi) = if bits == 2 {
             // Two levels: the means of the smaller and the larger half (one step of 2-means).
-            let (big, small) = mags.split_at(k.div_ceil(2));
-            let hi = mean(big) as f32;
-            (if small.is_empty() { hi } else { mean(small) as f32 }, hi)
+            let (big, small) = kept.split_at(k.div_ceil(2));
+            let hi = mean(big);
+            (if small.is_empty() { hi } else { mean(small) }, hi)
         } else {
-            let m = mean(&mags) as f32;
+            let m = mean(kept);
             (m, m)
         };
         out.extend_from_slice(&lo.to_le_bytes());
         if bits == 2 {
             out.extend_from_slice(&hi.to_le_bytes());
         }
-        let mut chosen: Vec<(u32, bool, bool)> = kept
-            .iter()
-            .map(|&i| {
-                let v = chunk[i as usize];
-                let m = v.abs();
-                (i, v < 0.0, bits == 2 && (m - lo).abs() > (hi - m).abs())
-            })
-            .collect();
-        chosen.sort_unstable_by_key(|c| c.0);
-        picks.push(chosen);
-    }
-    let mut w = BitWriter { out, acc: 0, n: 0 };
-    for chosen in &picks {
+        kept.sort_unstable();
         let mut next = 0u32;
-        for &(pos, neg, high) in chosen {
+        for &pos in kept.iter() {
+            let v = chunk[pos as usize];
             let gap = (pos - next) as usize;
             w.ones(gap >> r);
             w.put(0, 1);
             w.put(gap as u64, r);
-            w.put(u64::from(neg), 1);
+            w.put(u64::from(v < 0.0), 1);
             if bits == 2 {
-                w.put(u64::from(high), 1);
+                let m = v.abs();
+                w.put(u64::from((m - lo).abs() > (hi - m).abs()), 1);
             }
             next = pos + 1;
         }
     }
     w.finish();
+    out.extend_from_slice(&stream);
 }
 
 /// Why a sparse body was refused.

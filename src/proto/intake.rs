@@ -32,7 +32,10 @@ impl Protocol {
         }
         match msg {
             Message::State(s) => {
-                if let Some(recipe) = s.recipe {
+                // Like a vote, a recipe counts only for a round that can exist by our
+                // clock: a far-future one would hold a slot until the table is pruned past it.
+                let possible = s.round <= self.schedule.current_round(p, now).saturating_add(1);
+                if let Some(recipe) = s.recipe.filter(|_| possible) {
                     self.lanes[p].note_recipe(from, s.hash, s.round, recipe);
                 }
                 self.vote(from, p, s.round, s.hash, now, out)

@@ -35,13 +35,18 @@ pub fn save_residual(run_dir: &Path, fragment: u32, residual: &[f32]) -> std::io
 /// file when it is truncated, corrupt, of another size or not finite.
 pub fn load_residual(run_dir: &Path, spec: &FragmentSpec) -> Result<Option<Vec<f32>>, String> {
     let p = residual_path(run_dir, spec.id);
-    let bytes = match std::fs::read(&p) {
-        Ok(b) => b,
+    let len = match std::fs::metadata(&p) {
+        Ok(m) => m.len(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(format!("{}: {e}", p.display())),
     };
-    if bytes.len() != spec.numel() * 4 + 32 {
-        let want = spec.numel() * 4 + 32;
+    // The size is checked before anything is read: a damaged file allocates nothing.
+    let want = (spec.numel() as u64).saturating_mul(4).saturating_add(32);
+    if len != want {
+        return Err(format!("{}: {len} bytes, expected {want}", p.display()));
+    }
+    let bytes = std::fs::read(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+    if bytes.len() as u64 != want {
         return Err(format!("{}: {} bytes, expected {want}", p.display(), bytes.len()));
     }
     let (body, sum) = bytes.split_at(bytes.len() - 32);
