@@ -1,16 +1,21 @@
-//! Inner-step throughput of the default model: atoll's `Trainer::step` against a minimal
-//! plain burn loop (same model, batch, optimizer) on each CPU backend.
+//! Inner-step throughput of a model preset: atoll's `Trainer::step` against a minimal
+//! plain burn loop (same model, batch, optimizer) on each compiled backend, with the
+//! model's FLOP/s (6 × parameters × tokens/s) against the same backend's f32 matmul
+//! rate on square matrices measured in the same run (`peak`).
 //!
-//! `cargo bench --bench throughput -- [--steps N] [--backend flex|ndarray|all]`
+//! `cargo bench --bench throughput -- [--steps N] [--backend NAME|all] [--model PRESET]
+//!  [--matmul N]` (the GPU backend: add `--features wgpu`).
 //! Thread count follows rayon (`RAYON_NUM_THREADS=1` for one core).
 
 use std::time::Instant;
 
 use atoll::backend::Backend;
 use atoll::data::{Corpus, Shard};
+use atoll::model::preset::Preset;
 use atoll::train::{to_tensors, TrainConfig, Trainer};
 use burn::grad_clipping::GradientClippingConfig;
 use burn::optim::{AdamWConfig, GradientsParams};
+use burn::tensor::{Distribution, Tensor};
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
@@ -18,12 +23,19 @@ fn main() -> anyhow::Result<()> {
         |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
     let steps: usize = value("--steps").map(|s| s.parse()).transpose()?.unwrap_or(30);
     let backends: Vec<Backend> = match value("--backend").as_deref() {
-        None | Some("all") => Backend::ALL.to_vec(),
+        None | Some("all") => Backend::all(),
         Some(name) => vec![name.parse().map_err(anyhow::Error::msg)?],
     };
+    let preset = match value("--model") {
+        Some(name) => <Preset as clap::ValueEnum>::from_str(&name, true)
+            .map_err(|e| anyhow::anyhow!("--model: {e}"))?,
+        None => Preset::Default,
+    };
+    let matmul_n: usize = value("--matmul").map(|s| s.parse()).transpose()?.unwrap_or(2048);
     let corpus = Corpus::embedded()?;
-    let config = TrainConfig::default();
+    let config = preset.train_config(0);
     let tokens = config.tokens_per_step();
+    let flops_per_token = 6.0 * config.model.num_params() as f64;
     println!(
         "model: d_model {} layers {} heads {} context {}; batch {} ({tokens} tokens/step); {steps} steps; rayon threads {}",
         config.model.d_model,
@@ -33,8 +45,12 @@ fn main() -> anyhow::Result<()> {
         config.batch,
         std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "default".into())
     );
-    println!("| backend | atoll tok/s | plain burn tok/s | ratio |");
-    println!("|---|---:|---:|---:|");
+    println!(
+        "preset {preset:?}: {} parameters; matmul peak on {matmul_n}x{matmul_n} f32",
+        config.model.num_params()
+    );
+    println!("| backend | atoll tok/s | plain burn tok/s | ratio | atoll GFLOP/s | matmul GFLOP/s | of peak |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     for backend in backends {
         // Two rounds, interleaved, keep the best of each: the machine is shared and noisy.
         let (mut atoll_best, mut plain_best) = (0.0f64, 0.0f64);
@@ -42,12 +58,36 @@ fn main() -> anyhow::Result<()> {
             atoll_best = atoll_best.max(atoll_loop(&config, backend, &corpus, steps)?);
             plain_best = plain_best.max(plain_loop(&config, backend, &corpus, steps)?);
         }
+        let peak = matmul_gflops(backend, matmul_n)?;
+        let model = atoll_best * flops_per_token / 1e9;
         println!(
-            "| {backend} | {atoll_best:.0} | {plain_best:.0} | {:.3} |",
-            atoll_best / plain_best
+            "| {backend} | {atoll_best:.0} | {plain_best:.0} | {:.3} | {model:.1} | {peak:.1} | {:.1}% |",
+            atoll_best / plain_best,
+            100.0 * model / peak
         );
     }
     Ok(())
+}
+
+/// The backend's best f32 matmul rate on `n`×`n` matrices, in GFLOP/s (best of 5 after a
+/// warm-up): the same kernels and threads the model's matmuls get.
+fn matmul_gflops(backend: Backend, n: usize) -> anyhow::Result<f64> {
+    let device = backend.device();
+    let a = Tensor::<2>::random([n, n], Distribution::Default, &device);
+    let b = Tensor::<2>::random([n, n], Distribution::Default, &device);
+    let mut best = f64::INFINITY;
+    for round in 0..6 {
+        device.sync().map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        let start = Instant::now();
+        let c = a.clone().matmul(b.clone());
+        device.sync().map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        let took = start.elapsed().as_secs_f64();
+        drop(c);
+        if round > 0 {
+            best = best.min(took);
+        }
+    }
+    Ok(2.0 * (n as f64).powi(3) / best / 1e9)
 }
 
 /// Tokens per second of atoll's trainer (data pipeline, schedule, loss readback included).

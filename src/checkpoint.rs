@@ -55,6 +55,9 @@ pub enum CheckpointError {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckpointMeta {
     pub config: TrainConfig,
+    /// The backend it was saved from; tensors are stored backend-neutral, so a checkpoint
+    /// resumes on any backend. A name this build lacks reads as the default backend.
+    #[serde(deserialize_with = "any_backend")]
     pub backend: Backend,
     pub shard: Shard,
     pub state: TrainState,
@@ -197,7 +200,19 @@ pub fn load(path: &Path) -> Result<Checkpoint, CheckpointError> {
     })
 }
 
+fn any_backend<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Backend, D::Error> {
+    let name = String::deserialize(d)?;
+    Ok(name.parse().unwrap_or_default())
+}
+
 impl Checkpoint {
+    /// The same checkpoint, to be resumed on `backend` (a run dir moved to a GPU machine,
+    /// or back).
+    pub fn on(mut self, backend: Backend) -> Checkpoint {
+        self.meta.backend = backend;
+        self
+    }
+
     /// Rebuilds the trainer, refusing a checkpoint made on other data.
     pub fn into_trainer(self, corpus: &Corpus) -> Result<Trainer, CheckpointError> {
         let expected = corpus.hash().to_hex().to_string();

@@ -212,6 +212,7 @@ async fn serve<N: Network>(
             tokens: resumed_tokens,
             tokens_at_start: resumed_tokens,
             proto_id,
+            backend: opts.backend.name().to_owned(),
             param_count: plan.numel(),
             period_ms: period,
             grace_ms,

@@ -68,6 +68,8 @@ pub enum TrainError {
     Data(#[from] DataError),
     #[error("invalid training setting: {0}")]
     Setting(String),
+    #[error("{0}")]
+    Backend(String),
 }
 
 impl TrainConfig {
@@ -160,6 +162,7 @@ impl Trainer {
     ) -> Result<Self, TrainError> {
         config.validate()?;
         let data = Dataset::new(corpus, config.model.context, config.seed, shard)?;
+        backend.check().map_err(TrainError::Backend)?;
         let device = backend.train_device();
         let model = init_model(&config, &device);
         let optim = optimizer(&config);
@@ -346,12 +349,23 @@ pub fn init_model(config: &TrainConfig, device: &Device) -> Lm {
             let _ = param.val();
         }
     }
-    static INIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _guard = INIT.lock().unwrap_or_else(|p| p.into_inner());
-    device.seed(config.seed);
-    let model = config.model.init(device);
-    model.visit(&mut Draw);
-    model
+    // The weights are drawn by one backend's generator whatever the peer trains on, so
+    // peers on different backends start from the same anchors; the values then move to
+    // `device` as plain f32s.
+    let cpu = Backend::Flex.train_device();
+    let drawn = {
+        static INIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _guard = INIT.lock().unwrap_or_else(|p| p.into_inner());
+        cpu.seed(config.seed);
+        let model = config.model.init(&cpu);
+        model.visit(&mut Draw);
+        model
+    };
+    if *device == cpu {
+        return drawn;
+    }
+    crate::model::params::copy_params(&drawn, config.model.init(device))
+        .expect("two models of one configuration have the same parameters")
 }
 
 /// Input and target tensors `[rows, context]` of a batch.

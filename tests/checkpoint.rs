@@ -39,6 +39,25 @@ fn resume_continues_exactly() {
     assert_eq!(all_params(&resumed), all_params(&original));
 }
 
+#[test]
+fn a_checkpoint_resumes_on_another_backend_with_the_same_weights() {
+    let dir = tempfile::tempdir().unwrap();
+    let (corpus, original) = saved_run(dir.path());
+    let ckpt = checkpoint::load(&checkpoint::path_in(dir.path())).unwrap();
+    assert_eq!(ckpt.meta.backend, Backend::Flex);
+    for backend in Backend::all() {
+        let ckpt = checkpoint::load(&checkpoint::path_in(dir.path())).unwrap();
+        let resumed = ckpt.on(backend).into_trainer(&corpus).unwrap();
+        assert_eq!(resumed.backend(), backend);
+        assert_eq!(resumed.state(), original.state());
+        assert_eq!(all_params(&resumed), all_params(&original), "{backend}");
+    }
+    // A backend this build lacks (a checkpoint from a GPU build) reads as the default.
+    let meta = serde_json::to_string(&ckpt.meta).unwrap().replace("\"flex\"", "\"tpu\"");
+    let meta: checkpoint::CheckpointMeta = serde_json::from_str(&meta).unwrap();
+    assert_eq!(meta.backend, Backend::default());
+}
+
 fn expect_corrupt(path: &std::path::Path) {
     match checkpoint::load(path) {
         Err(CheckpointError::Corrupt { .. }) => {}

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use atoll::backend::Backend;
 use atoll::fleet::{Process, Spec, Until};
 use atoll::manifest::Manifest;
 use atoll::rundir::status::{self, StatusFile};
@@ -67,6 +68,10 @@ pub struct Args {
     /// Seconds after the first peer started when the --late-peers start.
     #[arg(long, value_name = "SECS")]
     pub late_after: Option<u64>,
+    /// A mixed swarm: the peers' backends in turn (peer I gets the I-th, cycling), e.g.
+    /// `wgpu,flex`. Overrides --backend.
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub backends: Vec<Backend>,
 }
 
 impl Args {
@@ -107,6 +112,14 @@ impl Args {
         }
     }
 
+    /// The backend of peer `index`.
+    fn backend(&self, index: u32) -> Backend {
+        match self.backends.len() {
+            0 => self.run.backend,
+            n => self.backends[index as usize % n],
+        }
+    }
+
     /// When peer `index` starts, counted from the first peer's start.
     fn start_after(&self, index: u32) -> u64 {
         if index < self.peers {
@@ -132,6 +145,8 @@ pub struct PeerSummary {
     pub slowdown: f64,
     /// Seconds after the first peer it started (0 but for `--late-peers`).
     pub started_after_s: u64,
+    /// The backend it trained on.
+    pub backend: Backend,
 }
 
 /// `summary.json`.
@@ -223,7 +238,7 @@ fn start_peer(
     };
     let spec = Spec::train(dir.clone(), manifest, &shard, until)
         .bootstrap(bootstrap.iter().cloned())
-        .backend(args.run.backend)
+        .backend(args.backend(index))
         .data(args.run.data.as_deref());
     let mut spec = args.pace.apply(spec);
     if let Some(mbps) = args.max_upload_mbps {
@@ -332,6 +347,7 @@ fn summarise(
             anchor_hashes: t.anchor_hashes,
             slowdown: if args.slowed(i as u32) { args.slowdown.factor() } else { 1.0 },
             started_after_s: args.start_after(i as u32),
+            backend: args.backend(i as u32),
         });
     }
     let anchors_agree = out.windows(2).all(|w| w[0].anchor_hashes == w[1].anchor_hashes);
@@ -358,15 +374,16 @@ fn summarise(
 fn print_summary(s: &Summary) {
     println!();
     println!(
-        "{:<6} {:<54} {:>9} {:>10} {:>11} {:>11}",
-        "peer", "peer id", "val_bpb", "tokens", "sent", "received"
+        "{:<6} {:<54} {:<8} {:>9} {:>10} {:>11} {:>11}",
+        "peer", "peer id", "backend", "val_bpb", "tokens", "sent", "received"
     );
     for (i, p) in s.peers.iter().enumerate() {
         let bpb = p.final_val_bpb.map_or("-".into(), |v| format!("{v:.3}"));
         println!(
-            "{:<6} {:<54} {:>9} {:>10} {:>11} {:>11}",
+            "{:<6} {:<54} {:<8} {:>9} {:>10} {:>11} {:>11}",
             i,
             p.peer_id,
+            p.backend.name(),
             bpb,
             p.tokens,
             super::status::bytes(p.bytes_sent),

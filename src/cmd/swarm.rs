@@ -33,7 +33,8 @@ pub struct RunArgs {
     /// Model size of the default run (a `--config` manifest names its own model).
     #[arg(long, value_enum, conflicts_with = "config")]
     pub model: Option<Preset>,
-    /// CPU backend of every peer.
+    /// Backend of every peer: flex or ndarray (CPU), wgpu (GPU, when built with
+    /// `--features wgpu`).
     #[arg(long, default_value = "flex")]
     pub backend: Backend,
 }

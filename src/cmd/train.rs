@@ -30,7 +30,8 @@ pub struct Args {
     /// This peer's data shard, `I/N`.
     #[arg(long, default_value = "0/1")]
     pub shard: Shard,
-    /// CPU backend.
+    /// Backend: flex or ndarray (CPU), wgpu (GPU, when built with
+    /// `--features wgpu`).
     #[arg(long, default_value = "flex")]
     pub backend: Backend,
     /// Start from scratch even if the run dir holds a checkpoint (it is overwritten).
@@ -107,7 +108,7 @@ pub fn main(args: Args) -> anyhow::Result<()> {
     let mut trainer = if ckpt_path.exists() && !args.fresh {
         let ckpt = checkpoint::load(&ckpt_path)?;
         tracing::info!(step = ckpt.meta.state.step, path = %ckpt_path.display(), "resuming from checkpoint");
-        ckpt.into_trainer(&corpus)?
+        ckpt.on(args.backend).into_trainer(&corpus)?
     } else {
         let config = args.hyper.config(args.seed, args.steps);
         preset::check_machine(&config, 1)?;

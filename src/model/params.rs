@@ -149,6 +149,16 @@ pub fn check_fragment(model: &Lm, spec: &FragmentSpec) -> Result<(), ParamsError
     Ok(())
 }
 
+/// `model` with every float parameter's values replaced by those of `from` (same shapes),
+/// each kept on `model`'s device: moves weights across backends through plain `f32`s.
+pub fn copy_params(from: &Lm, model: Lm) -> Result<Lm, ParamsError> {
+    let specs = tensor_specs(from);
+    let wanted = specs.iter().map(|t| (t.name.as_str(), t)).collect();
+    let values = read_named(from, &wanted)?;
+    let values = values.iter().map(|(name, v)| (name.as_str(), v.as_slice())).collect();
+    Ok(model.map(&mut Writer { path: Path::default(), values }))
+}
+
 /// Writes `flat` (laid out as [`read_fragment`] returns it) into fragment `spec` of `model`.
 ///
 /// Everything is checked before the model is touched, so on error the model is unchanged.
@@ -165,37 +175,40 @@ pub fn write_fragment(
         });
     }
     check_fragment(model, spec)?;
-    struct Writer<'a> {
-        path: Path,
-        values: BTreeMap<&'a str, &'a [f32]>,
-    }
-    impl ModuleMapper for Writer<'_> {
-        fn enter_module(&mut self, name: &str, _: &str) {
-            self.path.enter(name);
-        }
-        fn exit_module(&mut self, _: &str, _: &str) {
-            self.path.exit();
-        }
-        fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
-            let Some(values) = self.values.get(self.path.name().as_str()).copied() else {
-                return param;
-            };
-            let shape = param.lazy_shape().to_vec();
-            param.map(|old| {
-                let grad = old.is_require_grad();
-                let new =
-                    Tensor::<D>::from_data(TensorData::new(values.to_vec(), shape), &old.device());
-                if grad {
-                    new.require_grad()
-                } else {
-                    new
-                }
-            })
-        }
-    }
     let values = spec.ranges().map(|(t, range)| (t.name.as_str(), &flat[range])).collect();
     let mut writer = Writer { path: Path::default(), values };
     // `Module::map` consumes the model; swap a clone through it (clones share tensor storage).
     *model = model.clone().map(&mut writer);
     Ok(())
+}
+
+/// Swaps the named parameters' values in, keeping each parameter's id, device and
+/// gradient setting.
+struct Writer<'a> {
+    path: Path,
+    values: BTreeMap<&'a str, &'a [f32]>,
+}
+impl ModuleMapper for Writer<'_> {
+    fn enter_module(&mut self, name: &str, _: &str) {
+        self.path.enter(name);
+    }
+    fn exit_module(&mut self, _: &str, _: &str) {
+        self.path.exit();
+    }
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+        let Some(values) = self.values.get(self.path.name().as_str()).copied() else {
+            return param;
+        };
+        let shape = param.lazy_shape().to_vec();
+        param.map(|old| {
+            let grad = old.is_require_grad();
+            let new =
+                Tensor::<D>::from_data(TensorData::new(values.to_vec(), shape), &old.device());
+            if grad {
+                new.require_grad()
+            } else {
+                new
+            }
+        })
+    }
 }

@@ -43,7 +43,7 @@ pub(super) fn open_trainer(opts: &NodeOptions) -> Result<(Trainer, bool), NodeEr
             return Err(NodeError::OtherRun(opts.run_dir.clone()));
         }
         tracing::info!(step = ckpt.meta.state.step, "resuming from checkpoint");
-        return Ok((ckpt.into_trainer(&opts.corpus)?, false));
+        return Ok((ckpt.on(opts.backend).into_trainer(&opts.corpus)?, false));
     }
     let trainer =
         Trainer::new(opts.manifest.train.clone(), opts.backend, &opts.corpus, opts.shard)?;

@@ -30,6 +30,9 @@ pub struct TrainingStatus {
     /// Training loss of the latest step.
     pub loss: Option<f32>,
     pub tokens_per_s: f64,
+    /// The backend the peer trains on (`flex`, `ndarray`, `wgpu`).
+    #[serde(default)]
+    pub backend: String,
     /// Validation bits per byte of the latest validation pass (local parameters).
     pub val_bpb: Option<f64>,
     /// Round of each fragment's state.
