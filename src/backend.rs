@@ -38,6 +38,11 @@ impl Backend {
         all
     }
 
+    /// The compiled-in backends that pass [`Backend::check`] on this machine.
+    pub fn usable() -> Vec<Backend> {
+        Backend::all().into_iter().filter(|b| b.check().is_ok()).collect()
+    }
+
     /// The plain (inference) device.
     pub fn device(self) -> Device {
         match self {

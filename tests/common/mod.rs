@@ -132,12 +132,9 @@ pub struct Peer {
 impl Peer {
     /// Starts `spec` [`paced`] (the spec kept is the one given, so a restart paces again).
     pub fn start(name: &str, spec: Spec) -> Peer {
-        Peer::start_exe(name, spec, Path::new(env!("CARGO_BIN_EXE_atoll")))
-    }
-
-    /// [`Peer::start`] with another build of `atoll` (e.g. one with a GPU backend).
-    pub fn start_exe(name: &str, spec: Spec, exe: &Path) -> Peer {
-        let process = paced(&spec).start(exe).expect("cannot start atoll run");
+        let process = paced(&spec)
+            .start(Path::new(env!("CARGO_BIN_EXE_atoll")))
+            .expect("cannot start atoll run");
         Peer { name: name.to_owned(), spec, process }
     }
 
