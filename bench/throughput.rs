@@ -99,11 +99,11 @@ fn atoll_loop(
 ) -> anyhow::Result<f64> {
     let mut trainer = Trainer::new(config.clone(), backend, corpus, Shard::WHOLE)?;
     for _ in 0..3 {
-        trainer.step();
+        trainer.step()?;
     }
     let start = Instant::now();
     for _ in 0..steps {
-        trainer.step();
+        trainer.step()?;
     }
     Ok((steps * config.tokens_per_step()) as f64 / start.elapsed().as_secs_f64())
 }
@@ -123,7 +123,7 @@ fn plain_loop(
         .with_grad_clipping(Some(GradientClippingConfig::Norm(config.clip_norm)))
         .init();
     let data = atoll::data::Dataset::new(corpus, config.model.context, config.seed, Shard::WHOLE)?;
-    let batch = data.train_batch(0, config.batch);
+    let batch = data.train_batch(0, config.batch)?;
     let mut run = |n: usize| {
         for _ in 0..n {
             let (inputs, targets) = to_tensors(&batch, &device);

@@ -20,7 +20,7 @@ fn main() -> anyhow::Result<()> {
     }
     let anchor = read_fragment(trainer.model(), &plan.fragments[1])?;
     for _ in 0..20 {
-        trainer.step();
+        trainer.step()?;
     }
     let local = read_fragment(trainer.model(), &plan.fragments[1])?;
     let delta: Vec<f32> = anchor.iter().zip(&local).map(|(a, l)| a - l).collect();

@@ -55,6 +55,8 @@ pub enum BaselineError {
     #[error(transparent)]
     Train(#[from] TrainError),
     #[error(transparent)]
+    Data(#[from] crate::data::DataError),
+    #[error(transparent)]
     Plan(#[from] PlanError),
     #[error(transparent)]
     Params(#[from] ParamsError),
@@ -106,7 +108,7 @@ pub fn sync_diloco(
         for learner in &mut learners {
             let mut t = 0;
             for _ in 0..steps {
-                let s = learner.step();
+                let s = learner.step()?;
                 t += s.tokens as u64;
                 loss = s.loss;
             }
@@ -195,7 +197,7 @@ mod tests {
         })
         .unwrap();
         for step in 1..=30 {
-            let s = solo.step();
+            let s = solo.step().unwrap();
             if step % 5 == 0 {
                 solo_losses.push(s.loss);
             }

@@ -23,12 +23,13 @@ pub const TOKENIZER: &str = "bytes";
 /// Largest manifest accepted from a file or a peer.
 pub const MAX_BYTES: usize = 64 << 10;
 
-/// What a run trains on. The corpus is named by its hash, so peers may hold it at
-/// different paths.
+/// What a run trains on. The corpus is named by its identity, so peers may hold it at
+/// different paths (see [`Corpus::hash`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DataSpec {
-    /// blake3 of the corpus text (hex).
+    /// The corpus identity (hex): blake3 of the text for the embedded corpus, of the file
+    /// listing (relative paths, sizes, both ends) for files on disk.
     pub corpus_blake3: String,
 }
 

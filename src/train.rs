@@ -140,6 +140,8 @@ pub struct Trainer {
     model: Lm,
     optim: ModuleOptimizer,
     data: Dataset,
+    /// The fixed validation set, read once (its files may be on disk).
+    val: Vec<Batch>,
     state: TrainState,
 }
 
@@ -162,16 +164,19 @@ impl Trainer {
     ) -> Result<Self, TrainError> {
         config.validate()?;
         let data = Dataset::new(corpus, config.model.context, config.seed, shard)?;
+        let val = data.val_batches(config.val_batches, config.batch)?;
         backend.check().map_err(TrainError::Backend)?;
         let device = backend.train_device();
         let model = init_model(&config, &device);
         let optim = optimizer(&config);
-        Ok(Self { config, backend, device, model, optim, data, state: TrainState::default() })
+        let state = TrainState::default();
+        Ok(Self { config, backend, device, model, optim, data, val, state })
     }
 
-    /// One AdamW step on the next batch of this peer's shard.
-    pub fn step(&mut self) -> StepStats {
-        let batch = self.data.train_batch(self.state.step, self.config.batch);
+    /// One AdamW step on the next batch of this peer's shard. Fails, taking no step, only
+    /// if the batch cannot be read (a corpus file changed or vanished).
+    pub fn step(&mut self) -> Result<StepStats, DataError> {
+        let batch = self.data.train_batch(self.state.step, self.config.batch)?;
         let (inputs, targets) = to_tensors(&batch, &self.device);
         let loss = self.model.loss(inputs, targets);
         let loss_value = loss.clone().into_scalar::<f32>();
@@ -180,18 +185,18 @@ impl Trainer {
         self.model = self.optim.step(lr, self.model.clone(), grads);
         self.state.step += 1;
         self.state.tokens += batch.tokens() as u64;
-        StepStats { loss: loss_value, lr, tokens: batch.tokens() }
+        Ok(StepStats { loss: loss_value, lr, tokens: batch.tokens() })
     }
 
     /// One AdamW step whose gradient first goes through `reduce`, flattened over every
     /// float parameter in [`crate::model::params::tensor_specs`] order: data-parallel
     /// training replaces it by the mean over its peers. If `reduce` fails, no step is
-    /// taken and the error is returned.
-    pub fn step_reduced<E>(
+    /// taken and the error is returned (so is a batch that cannot be read).
+    pub fn step_reduced<E: From<DataError>>(
         &mut self,
         reduce: impl FnOnce(&mut Vec<f32>) -> Result<(), E>,
     ) -> Result<StepStats, E> {
-        let batch = self.data.train_batch(self.state.step, self.config.batch);
+        let batch = self.data.train_batch(self.state.step, self.config.batch)?;
         self.step_on(&batch, reduce)
     }
 
@@ -230,15 +235,15 @@ impl Trainer {
     pub fn evaluate(&self) -> f64 {
         let model = self.model.valid();
         let device = self.backend.device();
-        let batches = self.data.val_batches(self.config.val_batches, self.config.batch);
-        let total: f64 = batches
+        let total: f64 = self
+            .val
             .iter()
             .map(|b| {
                 let (inputs, targets) = to_tensors(b, &device);
                 f64::from(model.loss(inputs, targets).into_scalar::<f32>())
             })
             .sum();
-        total / batches.len() as f64
+        total / self.val.len() as f64
     }
 
     pub fn config(&self) -> &TrainConfig {

@@ -18,7 +18,7 @@ fn saved_run(dir: &std::path::Path) -> (Corpus, Trainer) {
     let shard = Shard { index: 1, count: 2 };
     let mut t = Trainer::new(TrainConfig::tiny(5), Backend::Flex, &corpus, shard).unwrap();
     for _ in 0..3 {
-        t.step();
+        t.step().unwrap();
     }
     checkpoint::save(&t, shard, &corpus, dir).unwrap();
     (corpus, t)
@@ -34,7 +34,7 @@ fn resume_continues_exactly() {
     assert_eq!(resumed.state(), original.state());
     assert_eq!(all_params(&resumed), all_params(&original));
     // Same batch, same optimizer moments: the next step is identical.
-    let (a, b) = (original.step(), resumed.step());
+    let (a, b) = (original.step().unwrap(), resumed.step().unwrap());
     assert_eq!(a.loss.to_bits(), b.loss.to_bits());
     assert_eq!(all_params(&resumed), all_params(&original));
 }
@@ -118,7 +118,7 @@ fn a_leftover_temporary_file_is_never_loaded_and_does_not_break_the_next_save() 
     std::fs::write(&temp, &good[..good.len() / 2]).unwrap();
     assert_eq!(checkpoint::load(&path).unwrap().meta.state.step, 3);
 
-    t.step();
+    t.step().unwrap();
     checkpoint::save(&t, t.dataset().shard(), &corpus, dir.path()).unwrap();
     assert!(!temp.exists(), "the leftover was not replaced");
     assert_eq!(checkpoint::load(&path).unwrap().meta.state.step, 4);
@@ -130,7 +130,7 @@ fn a_failed_write_keeps_the_old_file_and_holds_no_space() {
     let (corpus, mut t) = saved_run(dir.path());
     let path = checkpoint::path_in(dir.path());
     let temp = checkpoint::temp_path(&path);
-    t.step();
+    t.step().unwrap();
     // The temporary file cannot be created: the error names the checkpoint, the old one
     // is untouched.
     std::fs::create_dir_all(temp.join("in-the-way")).unwrap();

@@ -37,7 +37,8 @@ fn two_peers_averaging_gradients_match_one_trainer_on_both_batches() {
     assert_eq!(params(&a), params(&both), "the trainers start from different weights");
     let mut moved = 0.0;
     for step in 0..5 {
-        let (ba, bb) = (a.dataset().train_batch(step, 4), b.dataset().train_batch(step, 4));
+        let (ba, bb) =
+            (a.dataset().train_batch(step, 4).unwrap(), b.dataset().train_batch(step, 4).unwrap());
         // A's gradient first (no step: the hook refuses), then B steps on the mean, then A.
         let mut ga = Vec::new();
         let refused: Result<_, ()> = a.step_on(&ba, |g| {
@@ -82,8 +83,8 @@ fn an_identity_hook_is_a_plain_step() {
     let new = || Trainer::new(config.clone(), Backend::default(), &corpus, Shard::WHOLE).unwrap();
     let (mut plain, mut hooked) = (new(), new());
     for _ in 0..5 {
-        let p = plain.step();
-        let h = hooked.step_reduced(|_| Ok::<_, ()>(())).unwrap();
+        let p = plain.step().unwrap();
+        let h = hooked.step_reduced(|_| Ok::<_, atoll::data::DataError>(())).unwrap();
         assert_eq!(p.loss, h.loss);
     }
     assert_eq!(params(&plain), params(&hooked));

@@ -209,7 +209,7 @@ impl<N: Network> Job<N> {
                     }
                 }
                 Method::Diloco => {
-                    let s = self.trainer.step();
+                    let s = self.trainer.step()?;
                     slowdown.idle_after(computing);
                     s
                 }

@@ -21,7 +21,8 @@ const SWARM_NAME: &str = "atoll-demo";
 /// The run a local swarm command trains (`demo`, `chaos`, `baseline`).
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// Train on this UTF-8 text file or directory instead of the embedded corpus.
+    /// Train on this text file, JSONL file (`*.jsonl`, one `{"text": …}` per line) or
+    /// directory of them instead of the embedded corpus (read from disk as it trains)..
     #[arg(long)]
     pub data: Option<PathBuf>,
     /// Run seed: initial weights and data order (chaos: the fault schedule too).

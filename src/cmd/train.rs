@@ -21,7 +21,8 @@ pub struct Args {
     /// Directory for checkpoint, metrics.jsonl and logs; an existing checkpoint is resumed.
     #[arg(long)]
     pub run_dir: PathBuf,
-    /// Train on this UTF-8 text file or directory instead of the embedded corpus.
+    /// Train on this text file, JSONL file (`*.jsonl`, one `{"text": …}` per line) or
+    /// directory of them instead of the embedded corpus (read from disk as it trains)..
     #[arg(long)]
     pub data: Option<PathBuf>,
     /// Run seed: initial weights and data shuffle.
@@ -142,7 +143,7 @@ fn run_loop(trainer: &mut Trainer, args: &Args, corpus: &Corpus) -> anyhow::Resu
         (0.0, 0u64, Instant::now(), 0u64);
     let val_every = trainer.config().val_every;
     while trainer.state().step < args.steps {
-        let stats = trainer.step();
+        let stats = trainer.step()?;
         anyhow::ensure!(
             stats.loss.is_finite(),
             "training diverged at step {} (loss {})",

@@ -190,7 +190,7 @@ impl Worker {
 
     fn step(&mut self, s: &mut WorkerSetup, out: &mpsc::Sender<FromWorker>) -> Result<(), String> {
         let computing = Instant::now();
-        let stats = s.trainer.step();
+        let stats = s.trainer.step().map_err(|e| format!("cannot read training data: {e}"))?;
         // Before the commands are looked at again: a slow machine answers at its own step
         // boundaries (see `slowdown`).
         s.slowdown.idle_after(computing);

@@ -46,8 +46,9 @@ pub struct Args {
     /// Train for this many seconds, then merge until the swarm is quiet.
     #[arg(long, value_name = "SECS")]
     pub duration: Option<u64>,
-    /// Train on this UTF-8 text file or directory instead of the embedded corpus (must be
-    /// the corpus the manifest names).
+    /// Train on this text file, JSONL file (`*.jsonl`, one `{"text": …}` per line) or
+    /// directory of them instead of the embedded corpus (read from disk as it trains).
+    /// It must be the corpus the manifest names.
     #[arg(long)]
     pub data: Option<PathBuf>,
     /// This peer's data shard `I/N` (default: from the peer id, N = 16).
