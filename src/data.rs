@@ -215,7 +215,11 @@ impl Dataset {
             let part = &self.corpus.parts()[block.part as usize];
             match part.format() {
                 Format::Text => {
-                    let start = block.start + rng.random_range(0..=block.len - (ctx as u64 + 1));
+                    // Drawn as a usize, as before files were read from disk: the embedded
+                    // corpus gives the same batches as ever (rand samples usize ranges
+                    // that fit 32 bits as u32, u64 ranges as u64).
+                    let span = usize::try_from(block.len).unwrap_or(usize::MAX) - (ctx + 1);
+                    let start = block.start + rng.random_range(0..=span) as u64;
                     part.read_at(start, &mut window)?;
                 }
                 Format::Jsonl => {

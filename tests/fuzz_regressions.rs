@@ -4,7 +4,7 @@
 //! F1 and F2 were invariants the fuzz harness checks and the library broke; F3 was a
 //! panic inside burn on a crafted checkpoint. All fixed; each test failed before its fix.
 
-use atoll::delta::{self, Codec, DeltaMeta, EncodeOptions, ErrorFeedback, Limits};
+use atoll::delta::{self, Codec, ContentHash, DeltaMeta, EncodeOptions, ErrorFeedback, Limits};
 use atoll::fragment::{FragmentSpec, TensorSpec};
 use atoll::proto::FragmentState;
 
@@ -49,13 +49,13 @@ fn q8_encode_of_f32_max_decodes_or_is_refused() {
 /// adoption the id could be merged a second time once the older round is forgotten.
 #[test]
 fn record_keeps_ids_that_newer_rounds_still_hold() {
-    let id = 0xdada_dada_dada_dada_u64;
+    let id = ContentHash([0xda; 32]);
     let mut s = FragmentState::initial(2, vec![1.0, 2.0]);
     s.record(1, vec![id], 1);
     s.record(2, vec![id], 1);
     s.record(3, vec![], 1); // forgets round 1; round 2 still lists `id`
     assert!(s.log.iter().any(|(_, ids)| ids.contains(&id)));
-    assert!(s.has_merged(id), "the log holds the id but the index lost it");
+    assert!(s.has_merged(&id), "the log holds the id but the index lost it");
     let back = FragmentState::from_bytes(&s.to_bytes(), &spec(2, 2)).unwrap();
     assert_eq!(back, s);
 }
@@ -73,8 +73,8 @@ fn found_inputs_are_refused_without_panicking() {
     }
     // F2's state: its wire form decodes.
     let mut s = FragmentState::initial(2, vec![1.0, 2.0]);
-    s.record(1, vec![7], 1);
-    s.record(2, vec![7], 1);
+    s.record(1, vec![ContentHash([7; 32])], 1);
+    s.record(2, vec![ContentHash([7; 32])], 1);
     s.record(3, vec![], 1);
     assert!(FragmentState::from_bytes(&s.to_bytes(), &spec(2, 2)).is_ok());
 }

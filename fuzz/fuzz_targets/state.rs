@@ -30,7 +30,7 @@ fn check(bytes: &[u8], spec: &FragmentSpec) {
         assert_eq!(s.hash(), ContentHash::of(bytes));
         for (_, ids) in &s.log {
             for id in ids {
-                assert!(s.has_merged(*id));
+                assert!(s.has_merged(id));
             }
         }
     }

@@ -14,9 +14,10 @@ impl ContentHash {
         Self(*blake3::hash(bytes).as_bytes())
     }
 
-    /// First 8 bytes as an integer: a compact in-memory key for "already merged" sets,
-    /// where 32 bytes per entry would dominate memory in thousand-peer simulations.
-    /// Collisions need ~2^32 live entries before they become likely.
+    /// First 8 bytes as an integer: the compact id a state's recipe lists (a gossip message
+    /// has room for 64 of them). Not collision-proof against someone grinding ~2^32 payloads,
+    /// so nothing that judges a peer rests on it: a recipe whose ids are ambiguous is not
+    /// used, and a state's own log holds whole hashes.
     pub fn short(&self) -> u64 {
         let mut b = [0u8; 8];
         b.copy_from_slice(&self.0[..8]);

@@ -110,5 +110,8 @@ impl<N: Network> Loop<N> {
         let m = proto.metrics();
         self.status.refusals = m.refusals().iter().map(|&(k, n)| (k.to_owned(), n)).collect();
         self.status.nonfinite_dropped = m.nonfinite_dropped;
+        self.status.payload_bytes =
+            m.payload_bytes().iter().map(|&(k, n)| (k.to_owned(), n)).collect();
+        self.status.published = m.published;
     }
 }

@@ -65,8 +65,12 @@ impl Lane {
     pub fn recipe(&self) -> Option<Recipe> {
         let (round, ids) = self.state.log.back()?;
         let listable = *round == self.state.round && self.state.round > 0;
-        (listable && ids.len() <= MAX_RECIPE_IDS)
-            .then(|| Recipe { parent: self.state.parent, merged: ids.clone() })
+        if !listable || ids.len() > MAX_RECIPE_IDS {
+            return None;
+        }
+        let mut merged: Vec<u64> = ids.iter().map(ContentHash::short).collect();
+        merged.sort_unstable();
+        Some(Recipe { parent: self.state.parent, merged })
     }
 
     /// Keeps the recipe `from` announced for state `hash` of `round`, if `from` is a
@@ -92,19 +96,31 @@ impl Lane {
         limits: &Limits,
     ) -> Option<(FragmentState, Bytes)> {
         let (r, recipe) = self.recipes.get(&hash).filter(|(r, _)| *r == round)?;
-        let redone = self.redo(recipe.parent, *r, &recipe.merged, settings, limits).ok()?;
+        // A recipe names contributions by 8-byte ids (it must fit one gossip message); an id
+        // two held deltas share is ambiguous, and the recipe is not used.
+        let mut by_short: FastMap<u64, Option<ContentHash>> = FastMap::default();
+        for h in self.held.keys() {
+            by_short.entry(h.short()).and_modify(|e| *e = None).or_insert(Some(*h));
+        }
+        let mut listed: Vec<ContentHash> = recipe
+            .merged
+            .iter()
+            .map(|id| by_short.get(id).copied().flatten())
+            .collect::<Option<_>>()?;
+        listed.sort_unstable();
+        let redone = self.redo(recipe.parent, *r, &listed, settings, limits).ok()?;
         let bytes = redone.to_bytes();
         (ContentHash::of(&bytes) == hash).then(|| (redone, bytes.into()))
     }
 
-    /// The state of `round` that merging the contributions `ids` (short ids, sorted) on
-    /// state `parent` gives; `Unverifiable` when this peer lacks the parent or a delta,
-    /// `Forged` when a listed delta makes the merge non-finite.
+    /// The state of `round` that merging the contributions `listed` (sorted) on state
+    /// `parent` gives; `Unverifiable` when this peer lacks the parent or a delta, `Forged`
+    /// when a listed delta makes the merge non-finite.
     fn redo(
         &self,
         parent: ContentHash,
         round: u64,
-        ids: &[u64],
+        listed: &[ContentHash],
         settings: &Settings,
         limits: &Limits,
     ) -> Result<FragmentState, Evidence> {
@@ -114,14 +130,10 @@ impl Lane {
             self.prior.as_ref().filter(|(h, _)| *h == parent).map(|(_, s)| s)
         };
         let Some(base) = base else { return Err(Evidence::Unverifiable) };
-        let by_short: FastMap<u64, ContentHash> =
-            self.held.keys().map(|h| (h.short(), *h)).collect();
-        let Some(listed) =
-            ids.iter().map(|id| by_short.get(id).copied()).collect::<Option<Vec<_>>>()
-        else {
+        if !listed.iter().all(|h| self.held.contains_key(h)) {
             return Err(Evidence::Unverifiable);
-        };
-        let decoded = held::decode(&self.held, &self.spec, &listed, settings, limits);
+        }
+        let decoded = held::decode(&self.held, &self.spec, listed, settings, limits);
         if decoded.len() != listed.len() {
             return Err(Evidence::Unverifiable);
         }
@@ -140,7 +152,7 @@ impl Lane {
         redone.momentum = step.momentum;
         redone.round = round;
         redone.parent = parent;
-        redone.record(round, ids.to_vec(), Window::of(settings).log_rounds());
+        redone.record(round, listed.to_vec(), Window::of(settings).log_rounds());
         Ok(redone)
     }
 }

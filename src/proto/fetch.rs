@@ -108,6 +108,11 @@ impl Protocol {
             return self.give_up(hash, now);
         }
         let Some(f) = self.end_fetch(&hash) else { return };
+        let counter = match f.kind {
+            Kind::Delta { .. } => &mut self.metrics.fetched_delta_bytes,
+            Kind::State { .. } => &mut self.metrics.fetched_state_bytes,
+        };
+        *counter += bytes.len() as u64;
         match f.kind {
             Kind::Delta { .. } => self.accept_delta(from, hash, bytes, &f, now, out),
             Kind::State { round } => {

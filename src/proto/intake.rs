@@ -126,7 +126,7 @@ impl Protocol {
         let current = self.schedule.current_round(p, now);
         let fresh = !Window::of(&self.settings).stale(c.round, current)
             && c.round <= current.saturating_add(1);
-        if !fresh || lane.held.contains_key(&c.hash) || lane.state.has_merged(c.hash.short()) {
+        if !fresh || lane.held.contains_key(&c.hash) || lane.state.has_merged(&c.hash) {
             return;
         }
         if self.rejected.contains(&c.hash) || self.blocked(&c.hash, now) {
@@ -186,7 +186,7 @@ impl Protocol {
         let lane = &mut self.lanes[p];
         let current = self.schedule.current_round(p, now);
         if w.stale(d.meta.round, current)
-            || lane.state.has_merged(hash.short())
+            || lane.state.has_merged(&hash)
             || lane.equivocated(header.author, header.round)
         {
             return;

@@ -196,6 +196,9 @@ pub struct Metrics {
     pub resurrected: u64,
     pub fetches: u64,
     pub fetch_failures: u64,
+    /// Bytes of fetched payloads that checked out against their hash, by kind.
+    pub fetched_delta_bytes: u64,
+    pub fetched_state_bytes: u64,
     pub rejected: u64,
     /// Contributions dropped because they made a merge non-finite.
     pub nonfinite_dropped: u64,
@@ -210,6 +213,16 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// Payload bytes by kind, for operators: where a peer's traffic goes (its own deltas,
+    /// the others' deltas, whole states when its merge set differed from the swarm's).
+    pub fn payload_bytes(&self) -> [(&'static str, u64); 3] {
+        [
+            ("delta_published", self.published_bytes),
+            ("delta_fetched", self.fetched_delta_bytes),
+            ("state_fetched", self.fetched_state_bytes),
+        ]
+    }
+
     /// What this peer did not take, by cause, for operators (`status.json`, `/metrics`,
     /// the status page): none of these is provable misconduct, but a stalling or flooding
     /// peer shows here first.

@@ -223,8 +223,7 @@ impl Lane {
         let merged: Vec<ContentHash> = inputs.iter().map(|i| i.hash).collect();
         drop(inputs);
         self.state.round = round;
-        let shorts = merged.iter().map(ContentHash::short).collect();
-        self.state.record(round, shorts, w.log_rounds());
+        self.state.record(round, merged.clone(), w.log_rounds());
         let mut late = 0;
         let mut contributions = Vec::with_capacity(merged.len());
         for (hash, &agreement) in merged.iter().zip(&agreement) {
@@ -306,7 +305,7 @@ impl Lane {
     fn requeue(&mut self, new: &FragmentState) -> Vec<ContentHash> {
         let mut resurrected = Vec::new();
         for (h, held) in self.held.iter_mut() {
-            if new.has_merged(h.short()) {
+            if new.has_merged(h) {
                 held.merged_at = Some(new.round);
             } else if held.merged_at.is_some() {
                 held.merged_at = None;

@@ -24,7 +24,7 @@ use std::collections::VecDeque;
 
 const MAGIC: [u8; 4] = *b"ATST";
 /// Version of the state wire format.
-pub const STATE_WIRE_VERSION: u16 = 2;
+pub const STATE_WIRE_VERSION: u16 = 3;
 /// Most ids one log entry may hold on the wire (bounds allocation on decode).
 pub const MAX_IDS_PER_ROUND: usize = 1 << 20;
 /// Most log entries on the wire (max lateness is at most 64 rounds).
@@ -40,11 +40,14 @@ pub struct FragmentState {
     pub parent: ContentHash,
     pub anchor: Vec<f32>,
     pub momentum: Vec<f32>,
-    /// `(round, sorted short ids merged in it)` for recent rounds, oldest first.
-    pub log: VecDeque<(u64, Vec<u64>)>,
+    /// `(round, sorted hashes of the contributions merged in it)` for recent rounds, oldest
+    /// first. Whole hashes: with 8-byte ids, two deltas an attacker ground to collide
+    /// (~2^32 work) would make an honest state recompute as a forgery on a peer that holds
+    /// the other one.
+    pub log: VecDeque<(u64, Vec<ContentHash>)>,
     /// Every id in `log`, for O(1) lookups: "already merged?" is asked for every
     /// announcement and every payload, a million times a round in large simulations.
-    index: FastSet<u64>,
+    index: FastSet<ContentHash>,
 }
 
 /// Why a state payload was refused.
@@ -98,13 +101,13 @@ impl FragmentState {
         }
     }
 
-    /// Whether a contribution with this short id is in the log.
-    pub fn has_merged(&self, short: u64) -> bool {
-        self.index.contains(&short)
+    /// Whether the contribution with this hash is in the log.
+    pub fn has_merged(&self, hash: &ContentHash) -> bool {
+        self.index.contains(hash)
     }
 
     /// Appends a round's ids and forgets rounds older than `keep` rounds before `round`.
-    pub fn record(&mut self, round: u64, mut ids: Vec<u64>, keep: u64) {
+    pub fn record(&mut self, round: u64, mut ids: Vec<ContentHash>, keep: u64) {
         ids.sort_unstable();
         ids.dedup();
         self.index.extend(ids.iter().copied());
@@ -139,7 +142,7 @@ impl FragmentState {
             sink.put(&round.to_le_bytes());
             sink.put(&(ids.len() as u32).to_le_bytes());
             for id in ids {
-                sink.put(&id.to_le_bytes());
+                sink.put(&id.0);
             }
         }
     }
@@ -161,7 +164,7 @@ impl FragmentState {
     /// Size of the wire form.
     pub fn wire_len(&self) -> usize {
         58 + 8 * self.anchor.len()
-            + self.log.iter().map(|(_, ids)| 12 + 8 * ids.len()).sum::<usize>()
+            + self.log.iter().map(|(_, ids)| 12 + 32 * ids.len()).sum::<usize>()
     }
 
     /// Parses and checks a state payload for `spec`. Never panics.
@@ -208,10 +211,10 @@ impl FragmentState {
             if count > MAX_IDS_PER_ROUND {
                 return Err(StateError::LogTooLarge);
             }
-            let raw = r.take(8 * count)?;
-            let ids: Vec<u64> = raw
-                .chunks_exact(8)
-                .map(|b| u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
+            let raw = r.take(32 * count)?;
+            let ids: Vec<ContentHash> = raw
+                .chunks_exact(32)
+                .map(|b| ContentHash(b.try_into().expect("chunks of 32")))
                 .collect();
             // The wire form lists each round's ids sorted and once (lookups rely on it).
             if ids.windows(2).any(|w| w[0] >= w[1]) {
@@ -282,11 +285,11 @@ mod tests {
         #[test]
         fn round_trip_and_hash(
             anchor in prop::collection::vec(-5f32..5.0, 1..50),
-            ids in prop::collection::vec(prop::collection::vec(any::<u64>(), 0..10), 0..5),
+            ids in prop::collection::vec(prop::collection::vec(any::<[u8; 32]>(), 0..10), 0..5),
         ) {
             let mut s = FragmentState::initial(1, anchor.clone());
             for (i, round_ids) in ids.into_iter().enumerate() {
-                s.record(i as u64 + 1, round_ids, 3);
+                s.record(i as u64 + 1, round_ids.into_iter().map(ContentHash).collect(), 3);
             }
             let bytes = s.to_bytes();
             prop_assert_eq!(bytes.len(), s.wire_len());
@@ -301,14 +304,18 @@ mod tests {
         }
     }
 
+    fn id(n: u64) -> ContentHash {
+        ContentHash::of(&n.to_le_bytes())
+    }
+
     #[test]
     fn log_forgets_old_rounds() {
         let mut s = FragmentState::initial(1, vec![0.0]);
         for r in 1..=10 {
-            s.record(r, vec![r], 3);
+            s.record(r, vec![id(r)], 3);
         }
         assert_eq!(s.log.len(), 4);
-        assert!(s.has_merged(10) && s.has_merged(7) && !s.has_merged(6));
+        assert!(s.has_merged(&id(10)) && s.has_merged(&id(7)) && !s.has_merged(&id(6)));
     }
 
     #[test]

@@ -323,6 +323,25 @@ fn a_delta_given_up_is_not_fetched_again_when_re_announced() {
     assert_eq!(p.metrics().fetch_failures, 1);
 }
 
+#[test]
+fn fetched_payload_bytes_are_counted_by_kind_once_they_check_out() {
+    let mut p = peer(1, 0);
+    p.start(0);
+    let (bad, _) = delta_by(7, 1, 0.1);
+    let (good, bytes) = delta_by(8, 1, 0.2);
+    for c in [&bad, &good] {
+        let msg = Message::Contribution(c.clone());
+        p.handle(Event::Message { from: PeerId(c.origin.0), msg }, 1_000);
+    }
+    let fake = Bytes::from_static(b"not the announced bytes");
+    p.handle(Event::Fetched { from: PeerId(7), hash: bad.hash, bytes: fake }, 1_010);
+    assert_eq!(p.metrics().fetched_delta_bytes, 0, "bytes that failed their hash counted");
+    p.handle(Event::Fetched { from: PeerId(8), hash: good.hash, bytes: bytes.clone() }, 1_020);
+    let m = p.metrics();
+    assert_eq!((m.fetched_delta_bytes, m.fetched_state_bytes), (bytes.len() as u64, 0));
+    assert_eq!(m.payload_bytes()[1], ("delta_fetched", bytes.len() as u64));
+}
+
 /// Copiers that announce an honest author's delta before it (as their own, each signing)
 /// fill the fetch's claim list; the author's announcement, coming while the fetch runs,
 /// still counts: the delta is held, and every copier is caught by the header.

@@ -65,6 +65,14 @@ pub struct TrainingStatus {
     /// stalling, flooding or forging peer shows (`proto::Metrics::refusals`).
     #[serde(default)]
     pub refusals: std::collections::BTreeMap<String, u64>,
+    /// Payload bytes by kind (`delta_published`: this peer's own deltas, once each;
+    /// `delta_fetched`, `state_fetched`: what it downloaded and verified). The network's
+    /// per-protocol totals, retransfers and serving included, are in `stats`.
+    #[serde(default)]
+    pub payload_bytes: std::collections::BTreeMap<String, u64>,
+    /// Deltas this peer published.
+    #[serde(default)]
+    pub published: u64,
     /// Milliseconds from the start of this process's node to the end of its first inner
     /// step (a late joiner first takes the swarm's anchors), and the fragment rounds it
     /// started from.

@@ -295,7 +295,11 @@ impl Sim {
             Forgery::ForgedLog | Forgery::KnownParent => (s.round, s.round),
         };
         state.momentum = mine.momentum.clone();
-        state.record(payload_round, vec![0xdead_beef, u64::from(s.fragment)], 4);
+        state.record(
+            payload_round,
+            vec![ContentHash([0xde; 32]), ContentHash::of(&s.fragment.to_le_bytes())],
+            4,
+        );
         state.round = payload_round;
         if forged == Forgery::KnownParent {
             state = mine;

@@ -232,6 +232,9 @@ fn training(enc: &mut DescriptorEncoder, t: &TrainingStatus) -> Fmt {
     let refusals = t.refusals.iter().map(|(k, n)| (k.clone(), *n));
     let help = "Payloads not taken, by cause (stalls, a full budget, forged or unbacked states)";
     family(enc, "refusals", help, MetricType::Counter, "cause", refusals)?;
+    let payloads = t.payload_bytes.iter().map(|(k, n)| (k.clone(), *n));
+    let help = "Payload bytes: own deltas published, deltas and states fetched";
+    family(enc, "payload_bytes", help, MetricType::Counter, "kind", payloads)?;
     gauge(enc, "trained", "1 once the step target is reached", t.trained)?;
     gauge(enc, "parameters", "Parameters of the model", t.param_count)
 }
@@ -254,6 +257,7 @@ mod tests {
         let mut t =
             TrainingStatus { step: 9, round: vec![4, 5], loss: Some(2.5), ..Default::default() };
         t.refusals.insert("fetch_failed".into(), 3);
+        t.payload_bytes.insert("state_fetched".into(), 7);
         board.set_status(true, stats, Some(t));
         let text = encode(&board).unwrap();
         for line in [
@@ -265,6 +269,7 @@ mod tests {
             "atoll_rejects_total{reason=\"malformed\"} 2",
             "atoll_fragment_round{fragment=\"1\"} 5",
             "atoll_refusals_total{cause=\"fetch_failed\"} 3",
+            "atoll_payload_bytes_total{kind=\"state_fetched\"} 7",
             "atoll_reachability{state=\"private\"} 1",
             "atoll_reachability{state=\"public\"} 0",
             "atoll_links{kind=\"relayed\"} 1",

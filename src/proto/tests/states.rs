@@ -107,6 +107,31 @@ fn an_honest_competing_state_is_verified_and_adopted() {
     let out = vote_and_serve(&mut p, &[2, 3, 4], &theirs, 1200);
     assert!(offences(&out).is_empty(), "{out:?}");
     assert_eq!(p.state(0), &theirs, "the verified state was not adopted");
+    assert_eq!(p.metrics().fetched_state_bytes, theirs.wire_len() as u64);
+}
+
+#[test]
+fn a_listed_delta_that_shares_a_held_one_s_short_id_is_unverifiable_not_forged() {
+    // Peer 1 merged 2 and 3 and holds 4's delta; peer 7 merged 2, 3 and 5. An attacker
+    // who ground two payloads to one 8-byte id could make 7's log name a delta whose id
+    // is that of one peer 1 holds: recomputing with the held one would call 7's honest
+    // state a forgery and discredit its voters. With whole hashes in the log, peer 1 sees
+    // that it lacks the listed delta.
+    let mut p = merged_round_one(1, &[(2, 0.1), (3, 0.2)]);
+    let (c, bytes) = delta_by(4, 1, 0.3);
+    p.handle(Event::Message { from: PeerId(4), msg: Message::Contribution(c.clone()) }, 1150);
+    p.handle(Event::Fetched { from: PeerId(4), hash: c.hash, bytes }, 1150);
+    let mut theirs = merged_round_one(7, &[(2, 0.1), (3, 0.2), (5, 0.3)]).state(0).clone();
+    let (round, mut ids) = theirs.log.pop_back().unwrap();
+    let five = delta_by(5, 1, 0.3).0.hash;
+    let mut twin = five;
+    twin.0[..8].copy_from_slice(&c.hash.0[..8]);
+    assert_eq!(twin.short(), c.hash.short());
+    ids.iter_mut().filter(|h| **h == five).for_each(|h| *h = twin);
+    theirs.record(round, ids, 4);
+    let out = vote_and_serve(&mut p, &[2, 3, 5], &theirs, 1200);
+    assert!(offences(&out).is_empty(), "{out:?}");
+    assert_eq!(p.metrics().forged_states, 0);
 }
 
 /// `voters` announce `state` with `recipe`; reconciliation runs. Returns what it output.
@@ -141,6 +166,8 @@ fn a_competing_state_is_recomputed_from_its_recipe_not_fetched() {
     let q = merged_round_one(7, &[(2, 0.1), (3, 0.2), (4, 0.3)]);
     let theirs = q.state(0).clone();
     let (_, ids) = theirs.log.back().unwrap().clone();
+    let mut ids: Vec<u64> = ids.iter().map(ContentHash::short).collect();
+    ids.sort_unstable();
     let honest = Recipe { parent: theirs.parent, merged: ids.clone() };
     assert_eq!(q.state(0).log.back().map(|(r, _)| *r), Some(1));
 
@@ -186,7 +213,7 @@ fn a_state_nobody_can_recompute_needs_half_the_voters() {
     let other = |seed: f32| {
         let mut s = FragmentState::initial(0, vec![seed; numel]);
         s.parent = ContentHash::of(&seed.to_le_bytes());
-        s.record(1, vec![seed.to_bits() as u64], 2);
+        s.record(1, vec![ContentHash::of(&seed.to_bits().to_le_bytes())], 2);
         s.round = 1;
         s
     };
