@@ -310,17 +310,26 @@ impl Harness {
                         let mut s: FragmentState = self.peer.protocol().state(p).clone();
                         s.anchor = fill(anchor, &s.anchor);
                         s.round = r;
-                        let mut ids: Vec<u64> = log.into_iter().take(8).collect();
-                        // Ids of held contributions, so adoption re-queues or drops them.
-                        ids.extend(self.known.iter().take(4).map(ContentHash::short));
+                        let mut ids: Vec<ContentHash> = log
+                            .into_iter()
+                            .take(8)
+                            .map(|x| ContentHash::of(&x.to_le_bytes()))
+                            .collect();
+                        // Hashes of held contributions, so adoption re-queues or drops them.
+                        ids.extend(self.known.iter().take(4).copied());
                         s.record(r, ids, 3);
                         s.to_bytes()
                     }
                 };
                 let size = lie_size.unwrap_or(bytes.len() as u64);
                 let hash = self.remember(bytes);
-                let msg =
-                    Message::State(StateAnnounce { fragment: p as u32, round: r, hash, size, recipe: None });
+                let msg = Message::State(StateAnnounce {
+                    fragment: p as u32,
+                    round: r,
+                    hash,
+                    size,
+                    recipe: None,
+                });
                 self.feed(Event::Message { from: peer(from), msg });
             }
             Op::RawContribution {
@@ -348,8 +357,13 @@ impl Harness {
                 self.feed(Event::Message { from: PeerId(from), msg: Message::Contribution(c) });
             }
             Op::RawState { from, fragment, round, size, hash } => {
-                let msg =
-                    Message::State(StateAnnounce { fragment, round, hash: self.hash(hash), size, recipe: None });
+                let msg = Message::State(StateAnnounce {
+                    fragment,
+                    round,
+                    hash: self.hash(hash),
+                    size,
+                    recipe: None,
+                });
                 self.feed(Event::Message { from: PeerId(from), msg });
             }
             Op::Deliver { idx, from_other } => {

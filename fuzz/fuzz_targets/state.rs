@@ -68,7 +68,7 @@ fn structured(u: &mut Unstructured) -> Result<()> {
         let k = u.int_in_range(0..=6u8)?;
         let mut ids = Vec::new();
         for _ in 0..k {
-            ids.push(u.arbitrary()?);
+            ids.push(atoll::delta::ContentHash(u.arbitrary()?));
         }
         s.record(round, ids, keep);
     }
