@@ -298,6 +298,7 @@ pub fn robust_step(
                     .collect();
                 delta = combine(spec, &kept, r.merge, &bounds).delta;
             }
+            cap_to_momentum(spec, &mut delta, momentum);
         }
         let (mut a, mut m) = (anchor.to_vec(), momentum.to_vec());
         outer_step(&mut a, &mut m, &delta, r.outer_lr, r.momentum);
@@ -313,6 +314,25 @@ pub fn robust_step(
         dropped.push(inputs.remove(worst).hash);
     }
     Step { anchor: anchor.to_vec(), momentum: momentum.to_vec(), dropped, agreement: Vec::new() }
+}
+
+/// With fewer than three contributions the round's median norm is one of theirs, so the
+/// clip bounds nothing: a lone −10× copy of an honest delta, at an angle to the momentum
+/// that the sign test lets through, would move the anchor ten rounds' worth (measured on
+/// real processes: val_bpb 5.96 against 4.08, when honest peers had left and the copy
+/// merged alone). The state's momentum is the reference instead: each tensor of the
+/// merged delta is scaled down to at most the momentum's norm of that tensor, which an
+/// honest delta rarely exceeds (with μ = 0.9 the buffer holds about 2.3 times a delta's
+/// norm when deltas are uncorrelated, 10 times when aligned). Tensors whose momentum is
+/// still zero (round 1) are left alone.
+fn cap_to_momentum(spec: &FragmentSpec, delta: &mut [f32], momentum: &[f32]) {
+    for (_, range) in spec.ranges() {
+        let (d, m) = (norm(&delta[range.clone()]), norm(&momentum[range.clone()]));
+        if m > 0.0 && d > m {
+            let k = (m / d) as f32;
+            delta[range].iter_mut().for_each(|v| *v *= k);
+        }
+    }
 }
 
 /// Outer SGD with Nesterov momentum: `buf ← μ·buf + Δ; anchor ← anchor − lr·(Δ + μ·buf)`.

@@ -228,3 +228,41 @@ fn a_lone_or_paired_delta_against_the_momentum_earns_nothing() {
     let (alone, _) = step(&[other], &momentum);
     assert_eq!(a, alone, "the refused one still moved the anchor");
 }
+
+/// A lone delta the sign test lets through (orthogonal to the momentum here) moves the
+/// anchor by at most what a delta of the momentum's norm would, however large it is; one
+/// within that norm is merged unchanged; without momentum nothing is capped.
+#[test]
+fn a_lone_delta_is_capped_at_the_momentum_s_norm() {
+    let settings = crate::proto::Settings::new(crate::proto::RawSettings {
+        fragments: 1,
+        ..Default::default()
+    })
+    .unwrap();
+    let (lr, mu) = (settings.raw().outer_lr, settings.raw().momentum);
+    let spec = spec(false);
+    let anchor = vec![0.0f32; 5];
+    let momentum = vec![1.0f32, 0.0, 0.0, 0.0, 1.0];
+    let merged = |d: Vec<f32>, m: &[f32]| {
+        let vals = [d];
+        let mut inp = inputs(&vals);
+        let s = robust_step(&spec, &mut inp, &anchor, m, &settings);
+        // Undo the outer step: anchor' = −lr·(Δ + μ·(μ·m + Δ)).
+        let k = lr * (1.0 + mu);
+        s.anchor.iter().zip(m).map(|(a, m)| (-a - lr * mu * mu * m) / k).collect::<Vec<f32>>()
+    };
+    let n = |v: &[f32], r: std::ops::Range<usize>| v[r].iter().map(|x| x * x).sum::<f32>().sqrt();
+    let huge = vec![0.0f32, 30.0, 40.0, 0.5, 0.0];
+    let d = merged(huge.clone(), &momentum);
+    assert!((n(&d, 0..3) - 1.0).abs() < 1e-4, "tensor a not capped at 1: {d:?}");
+    assert!((d[2] / d[1] - 40.0 / 30.0).abs() < 1e-4, "the cap changed the direction: {d:?}");
+    assert!((n(&d, 3..5) - 0.5).abs() < 1e-4, "tensor b, under its cap, changed: {d:?}");
+    let small = vec![0.0f32, 0.3, 0.4, 0.5, 0.0];
+    let d = merged(small.clone(), &momentum);
+    assert!(d.iter().zip(&small).all(|(a, b)| (a - b).abs() < 1e-5), "{d:?}");
+    let d = merged(huge.clone(), &[0.0; 5]);
+    assert!(
+        d.iter().zip(&huge).all(|(a, b)| (a - b).abs() < 1e-3),
+        "no momentum, yet capped: {d:?}"
+    );
+}
