@@ -93,7 +93,7 @@ pub fn sync_diloco(
         .collect::<Result<Vec<_>, _>>()?;
     let plan = FragmentPlan::new(&tensor_specs(learners[0].model()), settings.raw().fragments)?;
     // Every learner starts from the run's initial parameters, as every peer of a swarm does.
-    let mut anchors = crate::node::initial_anchors(train, backend, &plan);
+    let mut anchors = crate::node::initial_anchors(train, &plan);
     let mut momenta: Vec<Vec<f32>> = anchors.iter().map(|a| vec![0.0; a.len()]).collect();
     for learner in &mut learners {
         for (spec, anchor) in plan.fragments.iter().zip(&anchors) {
@@ -178,6 +178,10 @@ mod tests {
             outer_lr: 1.0,
             momentum: 0.0,
             merge: MergeRule::Mean,
+            // The outer optimizer's arithmetic alone: without momentum the state's buffer
+            // is the last delta, which the defences against a lone hostile delta would
+            // hold the next one against (`merge::cap_to_momentum`).
+            agreement_weights: false,
             ..crate::manifest::default_protocol()
         };
         let settings = Settings::new(raw).unwrap();
@@ -186,7 +190,7 @@ mod tests {
             Trainer::new(train.clone(), Backend::default(), &corpus, Shard::WHOLE).unwrap();
         let specs = tensor_specs(solo.model());
         let plan = FragmentPlan::new(&specs, settings.raw().fragments).unwrap();
-        let init = crate::node::initial_anchors(&train, Backend::default(), &plan);
+        let init = crate::node::initial_anchors(&train, &plan);
         for (spec, values) in plan.fragments.iter().zip(&init) {
             write_fragment(solo.model_mut(), spec, values).unwrap();
         }

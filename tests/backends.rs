@@ -36,10 +36,17 @@ fn every_backend_starts_from_the_same_anchors() {
     let model = atoll::train::init_model(&config, &Backend::Flex.train_device());
     let plan =
         atoll::fragment::FragmentPlan::new(&atoll::model::params::tensor_specs(&model), 2).unwrap();
-    let reference = atoll::node::initial_anchors(&config, Backend::Flex, &plan);
+    let reference = atoll::node::initial_anchors(&config, &plan);
     assert!(reference.iter().flatten().any(|v| *v != 0.0));
+    let corpus = Corpus::embedded().unwrap();
     for backend in usable() {
-        let anchors = atoll::node::initial_anchors(&config, backend, &plan);
+        // A fresh trainer on the backend holds the run's initial anchors, bit for bit.
+        let t = Trainer::new(config.clone(), backend, &corpus, Shard::WHOLE).unwrap();
+        let anchors: Vec<Vec<f32>> = plan
+            .fragments
+            .iter()
+            .map(|f| atoll::model::params::read_fragment(t.model(), f).unwrap())
+            .collect();
         let same = anchors
             .iter()
             .flatten()

@@ -89,7 +89,7 @@ pub async fn run(mut opts: SyncPeer) -> Result<NodeReport, BaselineError> {
     let train = opts.manifest.train.clone();
     let mut trainer = Trainer::new(train.clone(), opts.backend, &opts.corpus, opts.shard)?;
     let plan = FragmentPlan::new(&tensor_specs(trainer.model()), settings.raw().fragments)?;
-    for (spec, values) in plan.fragments.iter().zip(initial_anchors(&train, opts.backend, &plan)) {
+    for (spec, values) in plan.fragments.iter().zip(initial_anchors(&train, &plan)) {
         write_fragment(trainer.model_mut(), spec, &values)?;
     }
     opts.net.run_name = format!("{}-{}", opts.manifest.name, opts.method.name());

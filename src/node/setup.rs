@@ -13,13 +13,10 @@ use super::NodeOptions;
 use crate::rundir::{anchors, status};
 
 /// The run's initial parameters, fragment by fragment: the model initialised from the run
-/// seed, identical on every peer.
-pub fn initial_anchors(
-    config: &TrainConfig,
-    backend: Backend,
-    plan: &FragmentPlan,
-) -> Vec<Vec<f32>> {
-    let model = crate::train::init_model(config, &backend.train_device());
+/// seed, identical on every peer. Drawn on the CPU whatever the peer trains on (a GPU
+/// trainer starts from these same values, `train::init_model`).
+pub fn initial_anchors(config: &TrainConfig, plan: &FragmentPlan) -> Vec<Vec<f32>> {
+    let model = crate::train::init_model(config, &Backend::Flex.train_device());
     plan.fragments
         .iter()
         .map(|f| read_fragment(&model, f).expect("the plan was made from this model"))
@@ -106,7 +103,7 @@ pub(super) fn open_protocol(
             .iter()
             .map(|f| read_fragment(t.model(), f).expect("the plan was made from this model"))
             .collect(),
-        None => initial_anchors(&opts.manifest.train, opts.backend, plan),
+        None => initial_anchors(&opts.manifest.train, plan),
     };
     Ok((Protocol::new(me, settings.clone(), plan, init, seed)?, false))
 }
@@ -182,7 +179,7 @@ mod tests {
         let own = |t: &Trainer| -> Vec<Vec<f32>> {
             plan.fragments.iter().map(|f| read_fragment(t.model(), f).unwrap()).collect()
         };
-        let init = initial_anchors(&TrainConfig::tiny(7), Backend::default(), &plan);
+        let init = initial_anchors(&TrainConfig::tiny(7), &plan);
         for index in 0..3 {
             assert!(own(&fresh(7, index)) == init, "shard {index} starts elsewhere");
         }
