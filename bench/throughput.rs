@@ -105,6 +105,9 @@ fn atoll_loop(
     for _ in 0..steps {
         trainer.step()?;
     }
+    // A GPU trainer reads its loss back every few steps: wait for the last ones, as the
+    // plain loop waits for its queue.
+    trainer.read_loss();
     Ok((steps * config.tokens_per_step()) as f64 / start.elapsed().as_secs_f64())
 }
 

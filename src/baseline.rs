@@ -110,7 +110,7 @@ pub fn sync_diloco(
             for _ in 0..steps {
                 let s = learner.step()?;
                 t += s.tokens as u64;
-                loss = s.loss;
+                loss = s.loss.unwrap_or(loss);
             }
             tokens.push(t);
             at.loss += loss;
@@ -203,7 +203,7 @@ mod tests {
         for step in 1..=30 {
             let s = solo.step().unwrap();
             if step % 5 == 0 {
-                solo_losses.push(s.loss);
+                solo_losses.push(s.loss.unwrap());
             }
         }
         assert_eq!(end.outer_steps, 6);

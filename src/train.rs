@@ -124,10 +124,19 @@ pub struct TrainState {
     pub tokens: u64,
 }
 
+/// A GPU trainer reads its training loss back every this many steps: a read waits for
+/// the device to finish everything queued, which stalled it once a step (measured on an
+/// H200: the trainer at 0.83–0.95 of a plain loop that never reads).
+pub const GPU_LOSS_EVERY: u32 = 16;
+
 /// What one inner step reports.
 #[derive(Debug, Clone, Copy)]
 pub struct StepStats {
-    pub loss: f32,
+    /// Mean training loss of the `losses` steps since the last reading, if this step read
+    /// it back from the device: every step on a CPU backend, every [`GPU_LOSS_EVERY`]
+    /// steps on a GPU.
+    pub loss: Option<f32>,
+    pub losses: u32,
     pub lr: f64,
     pub tokens: usize,
 }
@@ -142,6 +151,8 @@ pub struct Trainer {
     data: Dataset,
     /// The fixed validation set, read once (its files may be on disk).
     val: Vec<Batch>,
+    /// Training losses not yet read back from the device: their sum there, and how many.
+    pending_loss: Option<(Tensor<1>, u32)>,
     state: TrainState,
 }
 
@@ -170,7 +181,8 @@ impl Trainer {
         let model = init_model(&config, &device);
         let optim = optimizer(&config);
         let state = TrainState::default();
-        Ok(Self { config, backend, device, model, optim, data, val, state })
+        let pending_loss = None;
+        Ok(Self { config, backend, device, model, optim, data, val, pending_loss, state })
     }
 
     /// One AdamW step on the next batch of this peer's shard. Fails, taking no step, only
@@ -179,13 +191,29 @@ impl Trainer {
         let batch = self.data.train_batch(self.state.step, self.config.batch)?;
         let (inputs, targets) = to_tensors(&batch, &self.device);
         let loss = self.model.loss(inputs, targets);
-        let loss_value = loss.clone().into_scalar::<f32>();
+        let detached = loss.clone().detach();
+        self.pending_loss = Some(match self.pending_loss.take() {
+            Some((sum, n)) => (sum + detached, n + 1),
+            None => (detached, 1),
+        });
         let grads = GradientsParams::from_grads(loss.backward(), &self.model);
         let lr = self.config.schedule.at(self.state.step);
         self.model = self.optim.step(lr, self.model.clone(), grads);
         self.state.step += 1;
         self.state.tokens += batch.tokens() as u64;
-        Ok(StepStats { loss: loss_value, lr, tokens: batch.tokens() })
+        let every = if self.backend.is_gpu() { GPU_LOSS_EVERY } else { 1 };
+        let read = self.pending_loss.as_ref().is_some_and(|(_, n)| *n >= every);
+        let (loss, losses) = if read { self.read_loss() } else { (None, 0) };
+        Ok(StepStats { loss, losses, lr, tokens: batch.tokens() })
+    }
+
+    /// Reads back the mean of the training losses not read yet (waiting for the device),
+    /// and how many steps it covers; `(None, 0)` if there are none.
+    pub fn read_loss(&mut self) -> (Option<f32>, u32) {
+        match self.pending_loss.take() {
+            Some((sum, n)) => (Some(sum.into_scalar::<f32>() / n as f32), n),
+            None => (None, 0),
+        }
     }
 
     /// One AdamW step whose gradient first goes through `reduce`, flattened over every
@@ -228,7 +256,7 @@ impl Trainer {
         self.model = self.optim.step(lr, self.model.clone(), grads);
         self.state.step += 1;
         self.state.tokens += batch.tokens() as u64;
-        Ok(StepStats { loss: loss_value, lr, tokens: batch.tokens() })
+        Ok(StepStats { loss: Some(loss_value), losses: 1, lr, tokens: batch.tokens() })
     }
 
     /// Mean validation loss in nats per byte over the fixed validation set.

@@ -12,9 +12,18 @@ fn train(backend: Backend, steps: usize) -> (f64, f64) {
     config.schedule.peak = 1e-2;
     let mut t = Trainer::new(config, backend, &corpus, Shard::WHOLE).unwrap();
     let before = t.evaluate();
+    let mut read = 0;
     for _ in 0..steps {
-        assert!(t.step().unwrap().loss.is_finite());
+        let s = t.step().unwrap();
+        assert!(s.loss.is_none_or(f32::is_finite));
+        read += s.losses as usize;
     }
+    // A CPU trainer reads every step's loss; a GPU one every GPU_LOSS_EVERY steps (a read
+    // waits for the device), and the rest on demand.
+    let every = if backend.is_gpu() { atoll::train::GPU_LOSS_EVERY as usize } else { 1 };
+    assert_eq!(read, steps / every * every, "{backend}");
+    let (rest, n) = t.read_loss();
+    assert_eq!((rest.is_some(), read + n as usize), (steps % every > 0, steps), "{backend}");
     (before, t.evaluate())
 }
 

@@ -35,7 +35,7 @@ fn resume_continues_exactly() {
     assert_eq!(all_params(&resumed), all_params(&original));
     // Same batch, same optimizer moments: the next step is identical.
     let (a, b) = (original.step().unwrap(), resumed.step().unwrap());
-    assert_eq!(a.loss.to_bits(), b.loss.to_bits());
+    assert_eq!(a.loss.unwrap().to_bits(), b.loss.unwrap().to_bits());
     assert_eq!(all_params(&resumed), all_params(&original));
 }
 

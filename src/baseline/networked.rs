@@ -236,12 +236,21 @@ impl<N: Network> Job<N> {
                 outer += 1;
                 self.status.merges = outer;
             }
-            loss_sum += f64::from(s.loss);
-            losses += 1;
+            let mut add = |(loss, n): (Option<f32>, u32)| {
+                if let Some(l) = loss {
+                    loss_sum += f64::from(l) * f64::from(n);
+                    losses += u64::from(n);
+                    self.status.loss = Some(l);
+                }
+            };
+            add((s.loss, s.losses));
+            let validate = done % every == 0 || done == steps || stop;
+            if validate {
+                add(self.trainer.read_loss());
+            }
             self.status.step = done;
             self.status.tokens = self.trainer.state().tokens;
-            self.status.loss = Some(s.loss);
-            if done % every == 0 || done == steps || stop {
+            if validate {
                 let val_loss = self.trainer.evaluate();
                 let secs = started.elapsed().as_secs_f64();
                 let record = MetricsRecord {

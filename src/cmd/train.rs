@@ -142,27 +142,33 @@ fn run_loop(trainer: &mut Trainer, args: &Args, corpus: &Corpus) -> anyhow::Resu
     let (mut window_loss, mut window_steps, mut window_start, mut window_tokens) =
         (0.0, 0u64, Instant::now(), 0u64);
     let val_every = trainer.config().val_every;
+    let mut last_loss = f32::NAN;
     while trainer.state().step < args.steps {
         let stats = trainer.step()?;
-        anyhow::ensure!(
-            stats.loss.is_finite(),
-            "training diverged at step {} (loss {})",
-            trainer.state().step,
-            stats.loss
-        );
-        window_loss += f64::from(stats.loss);
-        window_steps += 1;
-        window_tokens += stats.tokens as u64;
         let step = trainer.state().step;
+        let mut add_loss = |(loss, losses): (Option<f32>, u32)| -> anyhow::Result<()> {
+            if let Some(loss) = loss {
+                anyhow::ensure!(loss.is_finite(), "training diverged by step {step} (loss {loss})");
+                window_loss += f64::from(loss) * f64::from(losses);
+                window_steps += u64::from(losses);
+                last_loss = loss;
+            }
+            Ok(())
+        };
+        add_loss((stats.loss, stats.losses))?;
+        window_tokens += stats.tokens as u64;
         let tok_s = window_tokens as f64 / window_start.elapsed().as_secs_f64().max(1e-9);
         bar.set_position(step);
-        bar.set_message(format!("loss {:.3}  {:.0} tok/s", stats.loss, tok_s));
+        if step % val_every == 0 || step == args.steps {
+            add_loss(trainer.read_loss())?;
+        }
+        bar.set_message(format!("loss {last_loss:.3}  {tok_s:.0} tok/s"));
         if step % val_every == 0 || step == args.steps {
             let val_loss = trainer.evaluate();
             let record = MetricsRecord {
                 step,
                 tokens: trainer.state().tokens,
-                train_loss: window_loss / window_steps as f64,
+                train_loss: window_loss / window_steps.max(1) as f64,
                 val_loss,
                 val_bpb: bits_per_byte(val_loss),
                 tokens_per_s: tok_s,

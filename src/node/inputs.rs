@@ -33,12 +33,14 @@ impl<N: super::Network> Loop<N> {
                 }
                 self.status.step = step;
                 self.status.tokens = tokens;
-                self.status.loss = Some(loss);
                 self.status.tokens_per_s = tokens_per_s;
                 let effects = self.peer.handle(PeerEvent::Stepped, self.now());
                 self.carry_out(effects).await;
-                if let Some(b) = &self.board {
-                    b.record_loss(step, f64::from(loss));
+                if let Some(loss) = loss {
+                    self.status.loss = Some(loss);
+                    if let Some(b) = &self.board {
+                        b.record_loss(step, f64::from(loss));
+                    }
                 }
             }
             FromWorker::Validation(r) => {

@@ -49,7 +49,8 @@ pub enum FromWorker {
     Step {
         step: u64,
         tokens: u64,
-        loss: f32,
+        /// The training loss, when this step read it back (see `train::StepStats`).
+        loss: Option<f32>,
         tokens_per_s: f64,
     },
     /// A validation pass (also appended to `metrics.jsonl`).
@@ -163,6 +164,18 @@ impl Window {
         Self { loss: 0.0, steps: 0, tokens: 0, start: Instant::now() }
     }
 
+    /// Adds a loss read back from the trainer (the mean of `losses` steps); a non-finite
+    /// one means training diverged.
+    fn add_loss(&mut self, step: u64, loss: Option<f32>, losses: u32) -> Result<(), String> {
+        let Some(loss) = loss else { return Ok(()) };
+        if !loss.is_finite() {
+            return Err(format!("training diverged by step {step} (loss {loss})"));
+        }
+        self.loss += f64::from(loss) * f64::from(losses);
+        self.steps += u64::from(losses);
+        Ok(())
+    }
+
     fn tokens_per_s(&self) -> f64 {
         self.tokens as f64 / self.start.elapsed().as_secs_f64().max(1e-9)
     }
@@ -196,21 +209,19 @@ impl Worker {
         s.slowdown.idle_after(computing);
         let step = s.trainer.state().step;
         tracing::trace!(step, ms = computing.elapsed().as_millis(), "inner step");
-        if !stats.loss.is_finite() {
-            return Err(format!("training diverged at step {step} (loss {})", stats.loss));
-        }
         for c in &mut self.since {
             c.0 += stats.tokens as u64;
             c.1 += 1;
         }
-        self.window.loss += f64::from(stats.loss);
-        self.window.steps += 1;
         self.window.tokens += stats.tokens as u64;
+        self.window.add_loss(step, stats.loss, stats.losses)?;
         let tokens_per_s = self.window.tokens_per_s();
         let tokens = s.trainer.state().tokens;
         let _ = out.try_send(FromWorker::Step { step, tokens, loss: stats.loss, tokens_per_s });
         let last = s.target_step.is_some_and(|t| step >= t);
         if step % s.trainer.config().val_every == 0 || last {
+            let (loss, losses) = s.trainer.read_loss();
+            self.window.add_loss(step, loss, losses)?;
             let val_loss = s.trainer.evaluate();
             let record = MetricsRecord {
                 step,
