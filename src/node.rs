@@ -25,6 +25,7 @@ mod inputs;
 pub mod memnet;
 pub mod network;
 mod observer;
+mod outbox;
 pub mod priority;
 mod setup;
 pub mod slowdown;
@@ -34,6 +35,7 @@ pub mod worker;
 pub use error::NodeError;
 pub use network::Network;
 pub use observer::serve_without_training;
+use outbox::WorkerOutbox;
 pub use setup::{initial_anchors, proto_peer};
 use setup::{open, Opened};
 pub use slowdown::Slowdown;
@@ -57,7 +59,7 @@ use crate::peer::Peer;
 use crate::proto::{Millis, Offence, PeerId, Timer};
 use crate::rundir::ledger;
 use crate::rundir::status::{self, TrainingStatus};
-use worker::{ToWorker, WorkerSetup};
+use worker::WorkerSetup;
 
 /// How often `status.json` is rewritten (training and `--no-train` peers alike).
 const STATUS_PERIOD: Duration = Duration::from_millis(500);
@@ -204,7 +206,7 @@ async fn serve<N: Network>(
         disk,
         foreign: HashSet::new(),
         reported: HashSet::new(),
-        to_worker,
+        to_worker: WorkerOutbox::new(to_worker),
         status: TrainingStatus {
             manifest_id: opts.manifest.run_id().short(),
             target_step: opts.target_step,
@@ -230,7 +232,7 @@ async fn serve<N: Network>(
     let result = lp.drive(events, from_worker, opts.duration, stop).await;
     lp.fetches.shutdown();
     // Closing the command channel ends a worker that is still running (after an error).
-    lp.to_worker = mpsc::channel(1).0;
+    lp.to_worker.close();
     let _ = worker.join();
     lp.settle().await;
     let Loop { net, disk, status, beacon, board, .. } = lp;
@@ -265,7 +267,7 @@ struct Loop<N> {
     foreign: HashSet<(atoll_net::PeerId, [u8; 32])>,
     /// Offenders already logged, with the offence (one line each; bounded).
     reported: HashSet<(PeerId, Offence)>,
-    to_worker: mpsc::Sender<ToWorker>,
+    to_worker: WorkerOutbox,
     status: TrainingStatus,
     started_unix_ms: u64,
     /// The run's allow list (`None`: an open run).

@@ -59,12 +59,15 @@ mod mixed {
         for (p, backend) in peers.iter().zip(["wgpu", "flex"]) {
             let t = p.training().unwrap();
             assert_eq!(t.backend, backend, "{}", p.name);
+            // On a loaded machine lavapipe's first step (kernel compilation) can take half
+            // the run, and the GPU peer then takes the rounds it missed as adopted states.
             assert!(
-                t.step >= 1 && t.merges >= 3,
-                "{}: {} steps, {} merges",
+                t.step >= 1 && t.merges + t.adopted >= 3,
+                "{}: {} steps, {} merges, {} adopted",
                 p.name,
                 t.step,
-                t.merges
+                t.merges,
+                t.adopted
             );
             ids.push(t.proto_id);
         }

@@ -35,7 +35,7 @@ impl<N: super::Network> Loop<N> {
                 Output::SetTimer { at, timer } => self.timers.push(Reverse((at, timer))),
                 Output::Snapshot { fragment, round } => {
                     let cmd = ToWorker::Snapshot { fragment, round };
-                    if self.to_worker.send(cmd).await.is_err() {
+                    if !self.to_worker.push(cmd) {
                         // No trainer any more: nothing trained since.
                         let params = self.peer.protocol().state(fragment).anchor.clone();
                         let ev = Event::Snapshot { fragment, round, params, tokens: 0, steps: 0 };
@@ -62,7 +62,7 @@ impl<N: super::Network> Loop<N> {
                 }
                 Output::CancelFetch { hash } => self.fetches.cancel(&hash),
                 Output::Apply(a) => {
-                    let _ = self.to_worker.send(ToWorker::Apply(a)).await;
+                    self.to_worker.push(ToWorker::Apply(a));
                 }
                 Output::Merged(r) => {
                     self.status.merges += 1;

@@ -42,6 +42,8 @@ impl<N: Network> Loop<N> {
             let next_timer = self.timers.peek().map(|Reverse((at, _))| *at);
             let sleep_ms = next_timer.map(|at| at.saturating_sub(self.now())).unwrap_or(60_000);
             let poll_ms = self.peer.next_poll().map(|at| at.saturating_sub(self.now()).max(1));
+            let to_worker = self.to_worker.sender();
+            let worker_waiting = self.to_worker.waiting();
             tokio::select! {
                 biased;
                 _ = &mut stop, if !self.peer.finishing() => {
@@ -51,7 +53,12 @@ impl<N: Network> Loop<N> {
                 _ = async { tokio::time::sleep_until(deadline.unwrap_or_else(tokio::time::Instant::now)).await }, if deadline.is_some() && !self.peer.finishing() && !stopping => {
                     tracing::info!("--duration reached; training stops");
                     stopping = true;
-                    let _ = self.to_worker.send(ToWorker::StopTraining).await;
+                    self.to_worker.push(ToWorker::StopTraining);
+                }
+                // Room for the commands waiting for a trainer that was in a long step.
+                Ok(permit) = to_worker.reserve(), if worker_waiting => {
+                    drop(permit);
+                    self.to_worker.flush();
                 }
                 msg = from_worker.recv() => match msg {
                     Some(FromWorker::Finished { step, tokens, val_loss, val_bpb }) => {

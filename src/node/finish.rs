@@ -14,9 +14,9 @@ impl<N: Network> Loop<N> {
             tracing::info!("trained and the swarm is quiet; finishing");
         }
         for a in anchors {
-            let _ = self.to_worker.send(ToWorker::Apply(a)).await;
+            self.to_worker.push(ToWorker::Apply(a));
         }
-        let _ = self.to_worker.send(ToWorker::Finish).await;
+        self.to_worker.push(ToWorker::Finish);
     }
 
     /// A held late joiner takes its first step.
@@ -35,7 +35,7 @@ impl<N: Network> Loop<N> {
         }
         let released = crate::rundir::status::unix_ms().saturating_sub(self.started_unix_ms);
         self.status.release_ms = Some(released);
-        let _ = self.to_worker.send(ToWorker::Start).await;
+        self.to_worker.push(ToWorker::Start);
     }
 
     pub(super) fn save_anchors(&self) {
