@@ -77,7 +77,7 @@ impl Part {
         self.len == 0
     }
 
-    /// The file's path, or the corpus name for text held in memory.
+    /// The file's path, or `(memory)` for text held in memory.
     pub fn path(&self) -> &Path {
         match &self.source {
             Source::File(p) => p,
