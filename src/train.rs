@@ -4,6 +4,7 @@
 //! Batches depend only on `(seed, shard, step)` (see [`crate::data`]), so a trainer rebuilt
 //! from a checkpoint continues exactly where it stopped.
 
+mod config;
 mod grad_io;
 pub mod schedule;
 
@@ -15,48 +16,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::backend::Backend;
 use crate::data::{Batch, Corpus, DataError, Dataset, Shard};
-use crate::model::{Lm, ModelConfig, ModelConfigError};
+use crate::model::{Lm, ModelConfigError};
 
+pub use config::TrainConfig;
 pub use schedule::LrSchedule;
-
-/// Everything that shapes one peer's inner training. Part of the run manifest later.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct TrainConfig {
-    pub model: ModelConfig,
-    /// Windows per batch; tokens per step = `batch * model.context`.
-    pub batch: usize,
-    /// Learning-rate schedule of the inner AdamW.
-    pub schedule: LrSchedule,
-    pub beta1: f32,
-    pub beta2: f32,
-    pub weight_decay: f32,
-    /// Gradient clipping by L2 norm (burn clips each parameter tensor's gradient).
-    pub clip_norm: f32,
-    /// Run seed: initial weights and the data shuffle.
-    pub seed: u64,
-    /// Validation every this many steps (and at the end).
-    pub val_every: u64,
-    /// Batches in one validation pass.
-    pub val_batches: usize,
-}
-
-impl Default for TrainConfig {
-    fn default() -> Self {
-        Self {
-            model: ModelConfig::new(),
-            batch: 8,
-            schedule: LrSchedule::default(),
-            beta1: 0.9,
-            beta2: 0.95,
-            weight_decay: 0.1,
-            clip_norm: 1.0,
-            seed: 0,
-            val_every: 50,
-            val_batches: 8,
-        }
-    }
-}
 
 /// A training configuration that makes no sense, or data that does not fit it.
 #[derive(Debug, thiserror::Error)]
@@ -70,49 +33,6 @@ pub enum TrainError {
     Setting(String),
     #[error("{0}")]
     Backend(String),
-}
-
-impl TrainConfig {
-    /// A model small enough for tests and examples (about 30k parameters, milliseconds per
-    /// step).
-    pub fn tiny(seed: u64) -> Self {
-        let mut c = Self { seed, batch: 4, val_batches: 2, ..Self::default() };
-        c.model = ModelConfig::new()
-            .with_d_model(32)
-            .with_n_layers(1)
-            .with_n_heads(2)
-            .with_d_ff(64)
-            .with_context(16);
-        // The rate the tests' thresholds were set with.
-        c.schedule.peak = 4e-3;
-        c.schedule.warmup = 2;
-        c.schedule.decay_steps = 100;
-        c
-    }
-
-    /// Rejects settings that cannot train.
-    pub fn validate(&self) -> Result<(), TrainError> {
-        self.model.validate()?;
-        let bad = |what: &str| Err(TrainError::Setting(what.to_owned()));
-        if self.batch == 0 || self.batch > 4096 {
-            return bad("batch must be between 1 and 4096");
-        }
-        if !(0.0..1.0).contains(&self.beta1) || !(0.0..1.0).contains(&self.beta2) {
-            return bad("beta1 and beta2 must lie in [0, 1)");
-        }
-        if !(self.weight_decay >= 0.0 && self.clip_norm > 0.0) {
-            return bad("weight_decay must be >= 0 and clip_norm > 0");
-        }
-        if self.val_every == 0 || self.val_batches == 0 {
-            return bad("val_every and val_batches must be at least 1");
-        }
-        self.schedule.validate().map_err(TrainError::Setting)
-    }
-
-    /// Tokens processed by one inner step.
-    pub fn tokens_per_step(&self) -> usize {
-        self.batch * self.model.context
-    }
 }
 
 /// Counters that advance with every inner step (saved in checkpoints).
