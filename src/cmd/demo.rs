@@ -186,6 +186,16 @@ pub fn main(args: Args) -> anyhow::Result<()> {
         Some(d) => format!("{d} s"),
         None => format!("{} steps", args.steps),
     };
+    let gpu = (0..args.peers).filter(|&i| args.backend(i).is_gpu()).count() as u32;
+    if args.duration.is_none() && gpu > 0 && gpu < args.peers {
+        // A GPU peer does its steps many times faster and leaves the run with the anchors
+        // of that moment, while the CPU peers merge on (bench/RESULTS.md, GPU backend).
+        eprintln!(
+            "note: GPU and CPU peers given a step count finish far apart, and a peer that \
+             leaves early keeps the anchors of when it left; --duration SECS makes them \
+             train as long and stop together"
+        );
+    }
     println!(
         "demo: {} {} peers × {length}, manifest {} in {}",
         args.peers,
