@@ -283,10 +283,14 @@ pub(crate) fn jsonl_text(
     if line.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
     }
-    serde_json::from_slice::<Doc>(line).map(|d| Some(d.text)).map_err(|e| DataError::Jsonl {
-        path: path.to_owned(),
-        offset,
-        reason: e.to_string(),
+    serde_json::from_slice::<Doc>(line).map(|d| Some(d.text)).map_err(|e| {
+        // serde's own "at line 1 column N" counts within the line: say so.
+        let reason = e.to_string();
+        let reason = match reason.rsplit_once(" at line ") {
+            Some((what, _)) => format!("{what} (column {} of the line)", e.column()),
+            None => reason,
+        };
+        DataError::Jsonl { path: path.to_owned(), offset, reason }
     })
 }
 
