@@ -61,6 +61,34 @@ pub struct StepStats {
     pub tokens: usize,
 }
 
+/// The mean training loss of a window of steps, from the readings a trainer gives (each
+/// the mean of `losses` steps, see [`StepStats`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LossMean {
+    sum: f64,
+    steps: u64,
+}
+
+impl LossMean {
+    /// Adds a reading, if there is one; `Err` with the loss if it is not finite (training
+    /// diverged). The reading counts either way.
+    pub fn add(&mut self, (loss, losses): (Option<f32>, u32)) -> Result<(), f32> {
+        let Some(loss) = loss else { return Ok(()) };
+        self.sum += f64::from(loss) * f64::from(losses);
+        self.steps += u64::from(losses);
+        if loss.is_finite() {
+            Ok(())
+        } else {
+            Err(loss)
+        }
+    }
+
+    /// The mean over the steps read so far (0 before any).
+    pub fn mean(&self) -> f64 {
+        self.sum / self.steps.max(1) as f64
+    }
+}
+
 /// One peer's model, optimizer and data stream.
 pub struct Trainer {
     config: TrainConfig,

@@ -34,7 +34,7 @@ use crate::proto::FragmentState;
 use crate::rundir::anchors;
 use crate::rundir::ledger::{self, ContributionRecord, MergeRecord};
 use crate::rundir::status::{self, TrainingStatus};
-use crate::train::Trainer;
+use crate::train::{LossMean, Trainer};
 
 /// How often `status.json` is rewritten.
 const STATUS_EVERY: Duration = Duration::from_secs(1);
@@ -181,7 +181,7 @@ impl<N: Network> Job<N> {
         let mut buf = vec![0f32; anchor.len()];
         let log = MetricsLog::new(&self.run_dir);
         let every = self.trainer.config().val_every.max(1);
-        let (mut last_status, mut loss_sum, mut losses) = (Instant::now(), 0.0, 0u64);
+        let (mut last_status, mut window) = (Instant::now(), LossMean::default());
         let mut outer = 0u64;
         let steps = until.steps;
         self.status.target_step = until.deadline.is_none().then_some(steps);
@@ -236,17 +236,12 @@ impl<N: Network> Job<N> {
                 outer += 1;
                 self.status.merges = outer;
             }
-            let mut add = |(loss, n): (Option<f32>, u32)| {
-                if let Some(l) = loss {
-                    loss_sum += f64::from(l) * f64::from(n);
-                    losses += u64::from(n);
-                    self.status.loss = Some(l);
-                }
-            };
-            add((s.loss, s.losses));
             let validate = done % every == 0 || done == steps || stop;
-            if validate {
-                add(self.trainer.read_loss());
+            let rest = if validate { self.trainer.read_loss() } else { (None, 0) };
+            for reading in [(s.loss, s.losses), rest] {
+                // A diverged peer's loss is reported, not acted on, by a baseline.
+                let _ = window.add(reading);
+                self.status.loss = reading.0.or(self.status.loss);
             }
             self.status.step = done;
             self.status.tokens = self.trainer.state().tokens;
@@ -256,13 +251,13 @@ impl<N: Network> Job<N> {
                 let record = MetricsRecord {
                     step: done,
                     tokens: self.status.tokens,
-                    train_loss: loss_sum / losses.max(1) as f64,
+                    train_loss: window.mean(),
                     val_loss,
                     val_bpb: bits_per_byte(val_loss),
                     tokens_per_s: self.status.tokens as f64 / secs.max(1e-9),
                     wall_s: secs,
                 };
-                (loss_sum, losses) = (0.0, 0);
+                window = LossMean::default();
                 self.status.val_bpb = Some(record.val_bpb);
                 if let Err(e) = log.append(&record) {
                     tracing::warn!(error = %e, "cannot append to metrics.jsonl");

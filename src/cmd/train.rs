@@ -9,7 +9,7 @@ use atoll::checkpoint;
 use atoll::data::{Corpus, Shard};
 use atoll::metrics::{bits_per_byte, MetricsLog, MetricsRecord};
 use atoll::model::preset::{self, Preset};
-use atoll::train::{TrainConfig, Trainer};
+use atoll::train::{LossMean, TrainConfig, Trainer};
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// Arguments of `atoll train`.
@@ -139,36 +139,31 @@ fn run_loop(trainer: &mut Trainer, args: &Args, corpus: &Corpus) -> anyhow::Resu
     let log = MetricsLog::new(&args.run_dir);
     let bar = progress_bar(args.steps, start_step);
     let started = Instant::now();
-    let (mut window_loss, mut window_steps, mut window_start, mut window_tokens) =
-        (0.0, 0u64, Instant::now(), 0u64);
+    let (mut window, mut window_start, mut window_tokens) =
+        (LossMean::default(), Instant::now(), 0u64);
     let val_every = trainer.config().val_every;
     let mut last_loss = f32::NAN;
     while trainer.state().step < args.steps {
         let stats = trainer.step()?;
         let step = trainer.state().step;
-        let mut add_loss = |(loss, losses): (Option<f32>, u32)| -> anyhow::Result<()> {
-            if let Some(loss) = loss {
-                anyhow::ensure!(loss.is_finite(), "training diverged by step {step} (loss {loss})");
-                window_loss += f64::from(loss) * f64::from(losses);
-                window_steps += u64::from(losses);
-                last_loss = loss;
-            }
-            Ok(())
-        };
-        add_loss((stats.loss, stats.losses))?;
+        let validate = step % val_every == 0 || step == args.steps;
+        let rest = if validate { trainer.read_loss() } else { (None, 0) };
+        for reading in [(stats.loss, stats.losses), rest] {
+            window.add(reading).map_err(|loss| {
+                anyhow::anyhow!("training diverged by step {step} (loss {loss})")
+            })?;
+            last_loss = reading.0.unwrap_or(last_loss);
+        }
         window_tokens += stats.tokens as u64;
         let tok_s = window_tokens as f64 / window_start.elapsed().as_secs_f64().max(1e-9);
         bar.set_position(step);
-        if step % val_every == 0 || step == args.steps {
-            add_loss(trainer.read_loss())?;
-        }
         bar.set_message(format!("loss {last_loss:.3}  {tok_s:.0} tok/s"));
-        if step % val_every == 0 || step == args.steps {
+        if validate {
             let val_loss = trainer.evaluate();
             let record = MetricsRecord {
                 step,
                 tokens: trainer.state().tokens,
-                train_loss: window_loss / window_steps.max(1) as f64,
+                train_loss: window.mean(),
                 val_loss,
                 val_bpb: bits_per_byte(val_loss),
                 tokens_per_s: tok_s,
@@ -184,7 +179,7 @@ fn run_loop(trainer: &mut Trainer, args: &Args, corpus: &Corpus) -> anyhow::Resu
                     "validation"
                 )
             });
-            (window_loss, window_steps, window_start, window_tokens) = (0.0, 0, Instant::now(), 0);
+            (window, window_start, window_tokens) = (LossMean::default(), Instant::now(), 0);
         }
         if step % args.checkpoint_every == 0 || step == args.steps {
             checkpoint::save(trainer, trainer.dataset().shard(), corpus, &args.run_dir)?;

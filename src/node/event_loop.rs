@@ -42,8 +42,8 @@ impl<N: Network> Loop<N> {
             let next_timer = self.timers.peek().map(|Reverse((at, _))| *at);
             let sleep_ms = next_timer.map(|at| at.saturating_sub(self.now())).unwrap_or(60_000);
             let poll_ms = self.peer.next_poll().map(|at| at.saturating_sub(self.now()).max(1));
-            let to_worker = self.to_worker.sender();
-            let worker_waiting = self.to_worker.waiting();
+            // A sender to wait on for room, only while commands wait for the trainer.
+            let to_worker = self.to_worker.waiting().then(|| self.to_worker.sender());
             tokio::select! {
                 biased;
                 _ = &mut stop, if !self.peer.finishing() => {
@@ -56,7 +56,7 @@ impl<N: Network> Loop<N> {
                     self.to_worker.push(ToWorker::StopTraining);
                 }
                 // Room for the commands waiting for a trainer that was in a long step.
-                Ok(permit) = to_worker.reserve(), if worker_waiting => {
+                Some(Ok(permit)) = async { Some(to_worker.as_ref()?.reserve().await) }, if to_worker.is_some() => {
                     drop(permit);
                     self.to_worker.flush();
                 }

@@ -96,7 +96,7 @@ impl WorkerOutbox {
         !self.queue.is_empty()
     }
 
-    /// A sender to wait on for room (`reserve`), while commands are waiting.
+    /// A sender to wait on for room (`reserve`) while commands are waiting.
     pub fn sender(&self) -> mpsc::Sender<ToWorker> {
         self.tx.clone()
     }

@@ -15,7 +15,7 @@ use crate::fragment::FragmentPlan;
 use crate::metrics::{bits_per_byte, MetricsLog, MetricsRecord};
 use crate::model::params::{read_fragment, write_fragment};
 use crate::proto::ApplyAnchor;
-use crate::train::Trainer;
+use crate::train::{LossMean, Trainer};
 
 /// Commands to the training thread.
 #[derive(Debug)]
@@ -153,27 +153,20 @@ struct Worker {
 
 /// Training loss and throughput since the last validation.
 struct Window {
-    loss: f64,
-    steps: u64,
+    loss: LossMean,
     tokens: u64,
     start: Instant,
 }
 
 impl Window {
     fn new() -> Self {
-        Self { loss: 0.0, steps: 0, tokens: 0, start: Instant::now() }
+        Self { loss: LossMean::default(), tokens: 0, start: Instant::now() }
     }
 
-    /// Adds a loss read back from the trainer (the mean of `losses` steps); a non-finite
-    /// one means training diverged.
-    fn add_loss(&mut self, step: u64, loss: Option<f32>, losses: u32) -> Result<(), String> {
-        let Some(loss) = loss else { return Ok(()) };
-        if !loss.is_finite() {
-            return Err(format!("training diverged by step {step} (loss {loss})"));
-        }
-        self.loss += f64::from(loss) * f64::from(losses);
-        self.steps += u64::from(losses);
-        Ok(())
+    /// Adds a loss reading of the trainer; a non-finite one means training diverged.
+    fn add_loss(&mut self, step: u64, reading: (Option<f32>, u32)) -> Result<(), String> {
+        let diverged = |loss| format!("training diverged by step {step} (loss {loss})");
+        self.loss.add(reading).map_err(diverged)
     }
 
     fn tokens_per_s(&self) -> f64 {
@@ -214,19 +207,18 @@ impl Worker {
             c.1 += 1;
         }
         self.window.tokens += stats.tokens as u64;
-        self.window.add_loss(step, stats.loss, stats.losses)?;
+        self.window.add_loss(step, (stats.loss, stats.losses))?;
         let tokens_per_s = self.window.tokens_per_s();
         let tokens = s.trainer.state().tokens;
         let _ = out.try_send(FromWorker::Step { step, tokens, loss: stats.loss, tokens_per_s });
         let last = s.target_step.is_some_and(|t| step >= t);
         if step % s.trainer.config().val_every == 0 || last {
-            let (loss, losses) = s.trainer.read_loss();
-            self.window.add_loss(step, loss, losses)?;
+            self.window.add_loss(step, s.trainer.read_loss())?;
             let val_loss = s.trainer.evaluate();
             let record = MetricsRecord {
                 step,
                 tokens: s.trainer.state().tokens,
-                train_loss: self.window.loss / self.window.steps.max(1) as f64,
+                train_loss: self.window.loss.mean(),
                 val_loss,
                 val_bpb: bits_per_byte(val_loss),
                 tokens_per_s,

@@ -184,6 +184,12 @@ fn a_reversed_copy_among_three_earns_nothing() {
     }
 }
 
+/// Default protocol settings with one fragment.
+fn one_fragment() -> crate::proto::Settings {
+    let raw = crate::proto::RawSettings { fragments: 1, ..Default::default() };
+    crate::proto::Settings::new(raw).unwrap()
+}
+
 /// Too few contributions for a median: each is also held against the state's momentum.
 /// A lone delta reversed against it (a poisoned copy merged alone would not even be
 /// clipped: the round's median norm is its own) gets no weight, so the round is skipped;
@@ -191,11 +197,7 @@ fn a_reversed_copy_among_three_earns_nothing() {
 /// the momentum refuses loses its weight.
 #[test]
 fn a_lone_or_paired_delta_against_the_momentum_earns_nothing() {
-    let settings = crate::proto::Settings::new(crate::proto::RawSettings {
-        fragments: 1,
-        ..Default::default()
-    })
-    .unwrap();
+    let settings = one_fragment();
     let spec = spec(false);
     let anchor = vec![0.5f32; 5];
     let momentum = vec![1.0f32, 0.0, 0.0, 1.0, 0.0];
@@ -234,11 +236,7 @@ fn a_lone_or_paired_delta_against_the_momentum_earns_nothing() {
 /// within that norm is merged unchanged; without momentum nothing is capped.
 #[test]
 fn a_lone_delta_is_capped_at_the_momentum_s_norm() {
-    let settings = crate::proto::Settings::new(crate::proto::RawSettings {
-        fragments: 1,
-        ..Default::default()
-    })
-    .unwrap();
+    let settings = one_fragment();
     let (lr, mu) = (settings.raw().outer_lr, settings.raw().momentum);
     let spec = spec(false);
     let anchor = vec![0.0f32; 5];

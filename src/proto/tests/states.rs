@@ -67,6 +67,14 @@ fn merged_round_one(me: u64, others: &[(u64, f32)]) -> Protocol {
     p
 }
 
+/// Peer 4's round-1 delta reaches `p` after its merge; returns its announcement.
+fn deliver_late(p: &mut Protocol) -> ContributionAnnounce {
+    let (c, bytes) = delta_by(4, 1, 0.3);
+    p.handle(Event::Message { from: PeerId(4), msg: Message::Contribution(c.clone()) }, 1150);
+    p.handle(Event::Fetched { from: PeerId(4), hash: c.hash, bytes }, 1150);
+    c
+}
+
 #[test]
 fn a_forged_state_is_recomputed_refused_and_its_voters_discredited() {
     let deltas = [(2, 0.1), (3, 0.2), (4, 0.3)];
@@ -95,9 +103,7 @@ fn a_forged_state_is_recomputed_refused_and_its_voters_discredited() {
 fn an_honest_competing_state_is_verified_and_adopted() {
     // Peer 1 merged without peer 4's delta (it came late).
     let mut p = merged_round_one(1, &[(2, 0.1), (3, 0.2)]);
-    let (c, bytes) = delta_by(4, 1, 0.3);
-    p.handle(Event::Message { from: PeerId(4), msg: Message::Contribution(c.clone()) }, 1150);
-    p.handle(Event::Fetched { from: PeerId(4), hash: c.hash, bytes }, 1150);
+    deliver_late(&mut p);
     let before = p.state(0).clone();
     // Peer 7 got all three in time and merged them.
     let q = merged_round_one(7, &[(2, 0.1), (3, 0.2), (4, 0.3)]);
@@ -118,9 +124,7 @@ fn a_listed_delta_that_shares_a_held_one_s_short_id_is_unverifiable_not_forged()
     // state a forgery and discredit its voters. With whole hashes in the log, peer 1 sees
     // that it lacks the listed delta.
     let mut p = merged_round_one(1, &[(2, 0.1), (3, 0.2)]);
-    let (c, bytes) = delta_by(4, 1, 0.3);
-    p.handle(Event::Message { from: PeerId(4), msg: Message::Contribution(c.clone()) }, 1150);
-    p.handle(Event::Fetched { from: PeerId(4), hash: c.hash, bytes }, 1150);
+    let c = deliver_late(&mut p);
     let mut theirs = merged_round_one(7, &[(2, 0.1), (3, 0.2), (5, 0.3)]).state(0).clone();
     let (round, mut ids) = theirs.log.pop_back().unwrap();
     let five = delta_by(5, 1, 0.3).0.hash;
@@ -158,11 +162,6 @@ fn announce_with_recipe(
 #[test]
 fn a_competing_state_is_recomputed_from_its_recipe_not_fetched() {
     // Peer 1 merged without peer 4's delta, which came late; peer 7 merged all three.
-    let late = |p: &mut Protocol| {
-        let (c, bytes) = delta_by(4, 1, 0.3);
-        p.handle(Event::Message { from: PeerId(4), msg: Message::Contribution(c.clone()) }, 1150);
-        p.handle(Event::Fetched { from: PeerId(4), hash: c.hash, bytes }, 1150);
-    };
     let q = merged_round_one(7, &[(2, 0.1), (3, 0.2), (4, 0.3)]);
     let theirs = q.state(0).clone();
     let (_, ids) = theirs.log.back().unwrap().clone();
@@ -172,7 +171,7 @@ fn a_competing_state_is_recomputed_from_its_recipe_not_fetched() {
     assert_eq!(q.state(0).log.back().map(|(r, _)| *r), Some(1));
 
     let mut p = merged_round_one(1, &[(2, 0.1), (3, 0.2)]);
-    late(&mut p);
+    deliver_late(&mut p);
     let out = announce_with_recipe(&mut p, &[2, 3, 4], &theirs, honest.clone(), 1200);
     assert_eq!(fetched(&out), None, "the state was fetched though it could be recomputed");
     assert_eq!(p.state(0), &theirs, "the recomputed state was not adopted");
@@ -187,7 +186,7 @@ fn a_competing_state_is_recomputed_from_its_recipe_not_fetched() {
     // A false recipe (one delta left out) recomputes to another hash: the state is
     // fetched as before, and nothing is adopted on the recipe's word.
     let mut p = merged_round_one(1, &[(2, 0.1), (3, 0.2)]);
-    late(&mut p);
+    deliver_late(&mut p);
     let lie = Recipe { parent: theirs.parent, merged: ids[..2].to_vec() };
     let out = announce_with_recipe(&mut p, &[2, 3, 4], &theirs, lie, 1200);
     assert_eq!(fetched(&out), Some(theirs.hash()));
@@ -195,7 +194,7 @@ fn a_competing_state_is_recomputed_from_its_recipe_not_fetched() {
 
     // A recipe from voters this peer has not credited is not kept.
     let mut p = merged_round_one(1, &[(2, 0.1), (3, 0.2)]);
-    late(&mut p);
+    deliver_late(&mut p);
     let out = announce_with_recipe(&mut p, &[8, 9], &theirs, honest, 1200);
     assert_eq!(p.metrics().recomputed, 0, "{out:?}");
 }
