@@ -6,6 +6,10 @@
 //! `cargo bench --bench sim -- [--peers N] [--cycles C] [--seeds S] [--momentum-grid]`
 //!
 //! `--momentum-grid` instead prints final loss over inner lr × outer μ × merge lag.
+//!
+//! `--sampling [--sizes 16,64,256,1000] [--contributors 16]` instead prints traffic,
+//! quality and cost against the swarm's size, every peer contributing every round (the
+//! all-to-all exchange) beside sampled contributions (`proto::sampling`).
 
 use atoll::delta::Codec;
 use atoll::proto::MergeRule;
@@ -35,6 +39,13 @@ fn main() {
     let seeds: u64 = value("--seeds").and_then(|s| s.parse().ok()).unwrap_or(5);
     if args.iter().any(|a| a == "--momentum-grid") {
         return momentum_grid(peers, cycles, seeds);
+    }
+    if args.iter().any(|a| a == "--sampling") {
+        let sizes: Vec<usize> = value("--sizes")
+            .map(|s| s.split(',').filter_map(|n| n.parse().ok()).collect())
+            .unwrap_or_else(|| vec![16, 64, 256, 1000]);
+        let target = value("--contributors").and_then(|s| s.parse().ok()).unwrap_or(16);
+        return sampling(&sizes, target, cycles, seeds);
     }
     let rows = [
         Row { name: "K=1 lag 0, heterogeneous, grace (γ=0.5)", tweak: |c| heterogeneous(c) },
@@ -122,6 +133,59 @@ fn momentum_grid(peers: usize, cycles: u64, seeds: u64) {
                 total / seeds as f64
             };
             println!("| {lr} | {mu} | {:.4} | {:.4} |", loss(0), loss(1));
+        }
+    }
+}
+
+/// Traffic and quality against the swarm's size: all-to-all against sampled contributions.
+/// The model and network are `sim_scale`'s (one fragment of 16 values, fast uplinks), so
+/// the cost is the protocol's per-message work; loss is the quadratic's, as elsewhere here.
+fn sampling(sizes: &[usize], target: usize, cycles: u64, seeds: u64) {
+    println!("{cycles} cycles, mean over {seeds} seeds; contributors = 0 is all-to-all");
+    println!("| peers | contributors | final loss | agree | adoptions/peer/cycle | deltas merged/round | B/peer/round | events | wall s |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for &peers in sizes {
+        for contributors in [0, target] {
+            let (mut loss, mut agree, mut adopt, mut merged, mut bytes, mut events, mut wall) =
+                (0.0, 0, 0.0, 0.0, 0.0, 0u64, 0.0);
+            for seed in 1..=seeds {
+                let mut cfg = SimConfig::new(peers, seed);
+                cfg.settings.fragments = 1;
+                cfg.tensors = vec![cfg.tensors[1].clone()];
+                cfg.tensors[0].shape = vec![4, 4];
+                cfg.track_lineage = false;
+                cfg.net.latency_ms = (2, 40);
+                cfg.net.upload_bytes_per_ms = 100_000.0;
+                cfg.settings.contributors = contributors;
+                    cfg.heterogeneity = v.parse().unwrap();
+                }
+                    cfg.noise = v.parse().unwrap();
+                }
+                    cfg.settings.merge_lag = v.parse().unwrap();
+                }
+                    cfg.settings.momentum = v.parse().unwrap();
+                }
+                let t = Instant::now();
+                let mut sim = Sim::new(cfg).unwrap_or_else(|e| panic!("{e}"));
+                sim.run_cycles(cycles);
+                wall += t.elapsed().as_secs_f64();
+                loss += sim.mean_anchor_loss();
+                agree += usize::from(sim.agree());
+                adopt += sim.stats.adoptions as f64 / peers as f64 / cycles as f64;
+                merged += sim.stats.merged_contributions as f64 / sim.stats.merges.max(1) as f64;
+                bytes += sim.payload_bytes_per_peer_round();
+                events += sim.stats.events;
+            }
+            let n = seeds as f64;
+            println!(
+                "| {peers} | {contributors} | {:.4} | {agree}/{seeds} | {:.2} | {:.1} | {:.0} | {} | {:.2} |",
+                loss / n,
+                adopt / n,
+                merged / n,
+                bytes / n,
+                events / seeds,
+                wall / n
+            );
         }
     }
 }

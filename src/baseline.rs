@@ -138,7 +138,7 @@ pub fn sync_diloco(
                 })
                 .collect();
             crate::proto::merge::canonical_order(&mut inputs);
-            let step = robust_step(spec, &mut inputs, anchor, momentum, settings);
+            let step = robust_step(spec, &mut inputs, anchor, momentum, settings, 1.0);
             (*anchor, *momentum) = (step.anchor, step.momentum);
             for learner in &mut learners {
                 write_fragment(learner.model_mut(), spec, anchor)?;

@@ -68,6 +68,16 @@ impl ErrorFeedback {
         &self.residual
     }
 
+    /// Adds a whole delta to the residual (a snapshot not published: its work goes out
+    /// with the next delta). `false`, and nothing changes, if the lengths differ.
+    pub fn absorb(&mut self, delta: &[f32]) -> bool {
+        if delta.len() != self.residual.len() {
+            return false;
+        }
+        self.residual.iter_mut().zip(delta).for_each(|(r, d)| *r += d);
+        true
+    }
+
     /// Forgets the residual (e.g. after adopting another peer's anchor, where the residual
     /// refers to a lineage that no longer exists).
     pub fn clear(&mut self) {

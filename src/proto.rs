@@ -77,6 +77,7 @@ mod lane;
 pub mod merge;
 mod message;
 pub mod reconcile;
+pub mod sampling;
 mod schedule;
 mod settings;
 pub mod state;

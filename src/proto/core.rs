@@ -351,11 +351,25 @@ impl Protocol {
         }
         lane.last_snapshot_at = Some(now);
         let d: Vec<f32> = lane.state.anchor.iter().zip(params).map(|(a, t)| a - t).collect();
+        if !lane.state.sampling.publishes(self.me, p, round) {
+            // Not this peer's slot (`super::sampling`): the work waits in the residual and
+            // the counters, and goes out whole in the next slot. A diverged delta is not
+            // kept, as it would not be published.
+            if d.iter().all(|v| v.is_finite()) && lane.feedback.absorb(&d) {
+                lane.banked.0 = lane.banked.0.saturating_add(tokens);
+                lane.banked.1 = lane.banked.1.saturating_add(steps);
+                self.metrics.banked += 1;
+            }
+            return self.check_quorum(p, now, out);
+        }
+        let (tokens, steps) =
+            (tokens.saturating_add(lane.banked.0), steps.saturating_add(lane.banked.1));
         let meta = DeltaMeta { author: self.me.0, fragment: p as u32, round, tokens, steps };
         let opts = self.settings.raw().encode;
         // A local delta that cannot be encoded (non-finite: the trainer diverged) is not
         // published; the residual is left as it was.
         let Ok(enc) = delta::encode(meta, &d, Some(&mut lane.feedback), &opts) else { return };
+        lane.banked = (0, 0);
         self.metrics.published += 1;
         self.metrics.published_bytes += enc.bytes.len() as u64;
         let announce = ContributionAnnounce {

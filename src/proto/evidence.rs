@@ -139,8 +139,15 @@ impl Lane {
         }
         let mut inputs = merge_inputs(&decoded);
         merge::canonical_order(&mut inputs);
-        let step =
-            merge::robust_step(&self.spec, &mut inputs, &base.anchor, &base.momentum, settings);
+        let scale = base.sampling.scale();
+        let step = merge::robust_step(
+            &self.spec,
+            &mut inputs,
+            &base.anchor,
+            &base.momentum,
+            settings,
+            scale,
+        );
         if !step.dropped.is_empty() {
             return Err(Evidence::Forged(format!(
                 "state of round {round} merges {} contribution(s) that make the merge non-finite",
@@ -152,7 +159,8 @@ impl Lane {
         redone.momentum = step.momentum;
         redone.round = round;
         redone.parent = parent;
-        redone.record(round, listed.to_vec(), Window::of(settings).log_rounds());
+        let keep = Window::of(settings).log_rounds();
+        redone.record_merge(round, listed.to_vec(), keep, settings.raw().contributors);
         Ok(redone)
     }
 }

@@ -94,6 +94,13 @@ impl Protocol {
             return misbehaved(out, from, offence, detail);
         }
         let lane = &self.lanes[p];
+        // A delta outside its author's slot is not fetched: one identity gets one delta per
+        // period into a sampled swarm's rounds, as an honest peer does. (Not an offence: a
+        // peer on another state may see other slots.)
+        if !lane.state.sampling.in_slot(from, p, c.round) {
+            self.metrics.off_slot += 1;
+            return;
+        }
         // One contribution per author per fragment round: the first announced wins.
         if lane.claims.get(&(from, c.round)).is_some_and(|h| *h != c.hash) {
             self.metrics.rejected += 1;

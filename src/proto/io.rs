@@ -185,6 +185,11 @@ impl std::fmt::Display for Offence {
 pub struct Metrics {
     pub published: u64,
     pub published_bytes: u64,
+    /// Snapshots outside this peer's slot whose work went into the residual instead of a
+    /// delta (runs that sample contributions).
+    pub banked: u64,
+    /// Announcements of deltas outside their author's slot, not fetched.
+    pub off_slot: u64,
     pub merges: u64,
     pub skipped_rounds: u64,
     pub merged_contributions: u64,
@@ -226,7 +231,7 @@ impl Metrics {
     /// What this peer did not take, by cause, for operators (`status.json`, `/metrics`,
     /// the status page): none of these is provable misconduct, but a stalling or flooding
     /// peer shows here first.
-    pub fn refusals(&self) -> [(&'static str, u64); 6] {
+    pub fn refusals(&self) -> [(&'static str, u64); 7] {
         [
             // Announced payloads that no holder served in time (a stall, or a lost peer).
             ("fetch_failed", self.fetch_failures),
@@ -240,6 +245,8 @@ impl Metrics {
             ("nonfinite", self.nonfinite_dropped),
             // Contributions merged with no weight: they went against their round.
             ("disagreed", self.disagreed),
+            // Deltas announced outside their author's slot (runs that sample contributions).
+            ("off_slot", self.off_slot),
         ]
     }
 }

@@ -38,6 +38,9 @@ pub(crate) struct Lane {
     /// nothing (shared with the payload store while it keeps it).
     pub state_bytes: Bytes,
     pub feedback: ErrorFeedback,
+    /// Tokens and inner steps trained outside this peer's slots since its last published
+    /// delta (their work is in `feedback`); the next delta claims them.
+    pub banked: (u64, u64),
     pub votes: Votes,
     /// By content hash. Walks over it are in map order; the merge sorts its inputs and
     /// re-announcements are sorted, so no result depends on that order.
@@ -107,6 +110,7 @@ impl Lane {
             state_bytes: state.to_bytes().into(),
             state,
             feedback: ErrorFeedback::new(numel),
+            banked: (0, 0),
             votes: Votes::new(me, peers),
             held: FastMap::default(),
             held_bytes: 0,
@@ -203,6 +207,7 @@ impl Lane {
             &self.state.anchor,
             &self.state.momentum,
             settings,
+            self.state.sampling.scale(),
         );
         m.nonfinite_dropped += dropped.len() as u64;
         for hash in &dropped {
@@ -223,7 +228,7 @@ impl Lane {
         let merged: Vec<ContentHash> = inputs.iter().map(|i| i.hash).collect();
         drop(inputs);
         self.state.round = round;
-        self.state.record(round, merged.clone(), w.log_rounds());
+        self.state.record_merge(round, merged.clone(), w.log_rounds(), r.contributors);
         let mut late = 0;
         let mut contributions = Vec::with_capacity(merged.len());
         for (hash, &agreement) in merged.iter().zip(&agreement) {
@@ -257,27 +262,41 @@ impl Lane {
             waited_ms: quorum_at.map_or(0, |q| now.saturating_sub(q)),
             grace_ms,
         };
-        (self.after_state_change(settings, Output::Merged(report)), dropped)
+        // In a sampled swarm only the round's contributors announce the state: their votes
+        // are the ones that count, and N announcements a round would be the traffic that
+        // sampling removes.
+        let announce =
+            self.state.sampling.period <= 1 || report.contributions.iter().any(|c| c.origin == me);
+        (self.after_state_change(settings, Output::Merged(report), announce), dropped)
     }
 
     /// Outputs shared by merge and adoption: the anchor for the trainer, the state
-    /// announcement, and the report.
-    fn after_state_change(&self, settings: &Settings, report: Output) -> Vec<Output> {
+    /// announcement (if `announce`), and the report.
+    fn after_state_change(
+        &self,
+        settings: &Settings,
+        report: Output,
+        announce: bool,
+    ) -> Vec<Output> {
         let apply = ApplyAnchor {
             fragment: self.spec.id,
             round: self.state.round,
             anchor: self.state.anchor.clone(),
             alpha: settings.raw().alpha,
         };
-        let announce = super::Message::State(super::StateAnnounce {
+        let state = super::Message::State(super::StateAnnounce {
             fragment: self.spec.id as u32,
             round: self.state.round,
             hash: self.state_hash,
             size: self.state.wire_len() as u64,
             recipe: self.recipe(),
         });
-        let publish = Output::Publish { msg: announce, payload: self.state_bytes.clone() };
-        vec![Output::Apply(apply), publish, report]
+        let publish = Output::Publish { msg: state, payload: self.state_bytes.clone() };
+        if announce {
+            vec![Output::Apply(apply), publish, report]
+        } else {
+            vec![Output::Apply(apply), report]
+        }
     }
 
     /// Drops contributions too old to merge; unmerged ones are counted as stale.
@@ -374,7 +393,8 @@ impl Lane {
             hash,
             previous_round,
         };
-        out.extend(self.after_state_change(settings, report));
+        let announce = self.state.sampling.period <= 1;
+        out.extend(self.after_state_change(settings, report, announce));
         out
     }
 }

@@ -261,8 +261,9 @@ pub struct Step {
     pub agreement: Vec<f64>,
 }
 
-/// The whole merge of a round: [`combine`], then the outer step on copies of the anchor and
-/// momentum. If any resulting value is not finite, the contribution with the largest
+/// The whole merge of a round: [`combine`], scaled by `scale` (`1 / period` of the state
+/// merged into, when the run samples contributions; else 1), then the outer step on copies
+/// of the anchor and momentum. If any resulting value is not finite, the contribution with the largest
 /// absolute value (ties: the larger hash) is dropped and the merge is repeated, so a delta
 /// that would blow up the anchor costs its own contribution, never the round — and every
 /// peer that merges the same set drops the same one. `inputs` keeps what was merged
@@ -273,12 +274,17 @@ pub fn robust_step(
     anchor: &[f32],
     momentum: &[f32],
     settings: &super::Settings,
+    scale: f32,
 ) -> Step {
     let r = settings.raw();
     let bounds = settings.merge_bounds();
     let mut dropped = Vec::new();
     while !inputs.is_empty() {
         let Combined { mut delta, mut agreement } = combine(spec, inputs, r.merge, &bounds);
+        // Sampled contributions each hold `period` rounds of work (`super::sampling`).
+        if scale != 1.0 {
+            delta.iter_mut().for_each(|v| *v *= scale);
+        }
         if bounds.agree && inputs.len() <= 2 {
             // Too few for a median: held against the state's momentum as well.
             for (a, inp) in agreement.iter_mut().zip(inputs.iter()) {

@@ -102,6 +102,19 @@ pub struct RawSettings {
     /// reversed and random deltas then weigh nothing, and only authors whose deltas
     /// weighed something earn vote credit. Default true.
     pub agreement_weights: bool,
+    /// Deltas wanted per fragment round: in a larger swarm each peer publishes a fragment's
+    /// delta only every `period` rounds, in a slot fixed by its id, with the work of the
+    /// rounds between carried in its error-feedback residual; the period follows the
+    /// swarm's size (`proto::sampling`). Traffic per peer then stays near `contributors`
+    /// deltas a round however large the swarm. Default 0: every peer every round.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub contributors: usize,
+}
+
+/// Settings added after runs existed are left out of a manifest while they keep their
+/// default, so its canonical JSON, and the run id, stay what they were.
+fn is_zero(v: &usize) -> bool {
+    *v == 0
 }
 
 impl Default for RawSettings {
@@ -134,6 +147,7 @@ impl Default for RawSettings {
             trim: 0.2,
             step_slack: 4,
             agreement_weights: true,
+            contributors: 0,
         }
     }
 }
@@ -233,6 +247,8 @@ impl Settings {
         check(r.max_author_share >= 1.0, "max_author_share", r.max_author_share, "≥ 1")?;
         check((0.0..0.5).contains(&r.trim), "trim", r.trim, "[0, 0.5)")?;
         check((1..=1024).contains(&r.step_slack), "step_slack", r.step_slack, "1..=1024")?;
+        let most = super::MAX_PEERS;
+        check(r.contributors <= most, "contributors", r.contributors, "0..=65536 (0: all)")?;
         let payload = (64..=MAX_PAYLOAD_BYTES).contains(&r.max_payload_bytes);
         check(payload, "max_payload_bytes", r.max_payload_bytes, "64..=1 GiB")?;
         check(

@@ -11,20 +11,27 @@
 //! last entry (the contributions of that merge) it is the evidence a peer holding the
 //! parent and those deltas checks bit for bit before adopting it (src/proto/evidence.rs).
 //!
-//! Wire form v2 (little-endian): magic "ATST", u16 version, u32 fragment, u64 round,
+//! Wire form v3 (little-endian): magic "ATST", u16 version, u32 fragment, u64 round,
 //! parent hash (32 bytes), u32 numel, anchor f32×numel, momentum f32×numel, u32 log
-//! length, then per entry u64 round, u32 count, u64 short-id×count (sorted). The state
-//! hash is blake3 of exactly these bytes, so equal hashes mean equal anchors, momenta,
-//! parents and logs.
+//! length, then per entry u64 round, u32 count, hash×count (32 bytes each, sorted). v4
+//! (written only by runs that sample contributions, `contributors > 0`) appends u32 swarm,
+//! u32 period, u32 previous period ([`Sampling`]); a state without sampling is written as
+//! v3, so runs without it keep their states and hashes. The state hash is blake3 of
+//! exactly these bytes, so equal hashes mean equal anchors, momenta, parents, logs and
+//! sampling.
 
 use super::fasthash::FastSet;
+use super::sampling::{Sampling, MAX_PERIOD};
 use crate::delta::ContentHash;
 use crate::fragment::FragmentSpec;
 use std::collections::VecDeque;
 
 const MAGIC: [u8; 4] = *b"ATST";
-/// Version of the state wire format.
-pub const STATE_WIRE_VERSION: u16 = 3;
+/// Version of the state wire format (of a state that samples contributions; one that does
+/// not is written as [`STATE_WIRE_VERSION_UNSAMPLED`]).
+pub const STATE_WIRE_VERSION: u16 = 4;
+/// Version of the wire form of a state without sampling.
+pub const STATE_WIRE_VERSION_UNSAMPLED: u16 = 3;
 /// Most ids one log entry may hold on the wire (bounds allocation on decode).
 pub const MAX_IDS_PER_ROUND: usize = 1 << 20;
 /// Most log entries on the wire (max lateness is at most 64 rounds).
@@ -48,6 +55,8 @@ pub struct FragmentState {
     /// Every id in `log`, for O(1) lookups: "already merged?" is asked for every
     /// announcement and every payload, a million times a round in large simulations.
     index: FastSet<ContentHash>,
+    /// Who contributes in which round (every peer in every round unless the run samples).
+    pub sampling: Sampling,
 }
 
 /// Why a state payload was refused.
@@ -84,6 +93,7 @@ impl FragmentState {
             momentum,
             log: VecDeque::new(),
             index: FastSet::default(),
+            sampling: Sampling::default(),
         }
     }
 
@@ -98,12 +108,27 @@ impl FragmentState {
             momentum: std::mem::replace(&mut self.momentum, momentum),
             log: self.log.clone(),
             index: self.index.clone(),
+            sampling: self.sampling,
         }
     }
 
     /// Whether the contribution with this hash is in the log.
     pub fn has_merged(&self, hash: &ContentHash) -> bool {
         self.index.contains(hash)
+    }
+
+    /// Records a merge of `ids` in `round` (keeping `keep` rounds of log) and re-estimates
+    /// the sampling for a target of `contributors` deltas a round (0: none). Every merge,
+    /// made here or recomputed to check another's, goes through this.
+    pub fn record_merge(
+        &mut self,
+        round: u64,
+        ids: Vec<ContentHash>,
+        keep: u64,
+        contributors: usize,
+    ) {
+        self.sampling = self.sampling.after_merge(ids.len(), contributors);
+        self.record(round, ids, keep);
     }
 
     /// Appends a round's ids and forgets rounds older than `keep` rounds before `round`.
@@ -128,8 +153,10 @@ impl FragmentState {
     }
 
     fn write(&self, sink: &mut impl Sink) {
+        let sampled = !self.sampling.is_default();
+        let version = if sampled { STATE_WIRE_VERSION } else { STATE_WIRE_VERSION_UNSAMPLED };
         sink.put(&MAGIC);
-        sink.put(&STATE_WIRE_VERSION.to_le_bytes());
+        sink.put(&version.to_le_bytes());
         sink.put(&self.fragment.to_le_bytes());
         sink.put(&self.round.to_le_bytes());
         sink.put(&self.parent.0);
@@ -143,6 +170,12 @@ impl FragmentState {
             sink.put(&(ids.len() as u32).to_le_bytes());
             for id in ids {
                 sink.put(&id.0);
+            }
+        }
+        if sampled {
+            let Sampling { swarm, period, prev_period } = self.sampling;
+            for v in [swarm, period, prev_period] {
+                sink.put(&v.to_le_bytes());
             }
         }
     }
@@ -165,6 +198,7 @@ impl FragmentState {
     pub fn wire_len(&self) -> usize {
         58 + 8 * self.anchor.len()
             + self.log.iter().map(|(_, ids)| 12 + 32 * ids.len()).sum::<usize>()
+            + if self.sampling.is_default() { 0 } else { 12 }
     }
 
     /// Parses and checks a state payload for `spec`. Never panics.
@@ -174,7 +208,7 @@ impl FragmentState {
             return Err(StateError::BadMagic);
         }
         let version = u16::from_le_bytes(r.array()?);
-        if version != STATE_WIRE_VERSION {
+        if version != STATE_WIRE_VERSION && version != STATE_WIRE_VERSION_UNSAMPLED {
             return Err(StateError::Version(version));
         }
         let fragment = u32::from_le_bytes(r.array()?);
@@ -222,11 +256,21 @@ impl FragmentState {
             }
             log.push_back((round, ids));
         }
+        let mut sampling = Sampling::default();
+        if version == STATE_WIRE_VERSION {
+            let mut word = || r.array().map(u32::from_le_bytes);
+            sampling = Sampling { swarm: word()?, period: word()?, prev_period: word()? };
+            let ok = |k: u32| (1..=MAX_PERIOD).contains(&k);
+            // The v3 form is the only form of a default sampling: one hash per state.
+            if !ok(sampling.period) || !ok(sampling.prev_period) || sampling.is_default() {
+                return Err(StateError::Malformed(r.pos));
+            }
+        }
         if r.pos != bytes.len() {
             return Err(StateError::Trailing);
         }
         let index = log.iter().flat_map(|(_, ids)| ids.iter().copied()).collect();
-        Ok(Self { fragment, round, parent, anchor, momentum, log, index })
+        Ok(Self { fragment, round, parent, anchor, momentum, log, index, sampling })
     }
 }
 
@@ -316,6 +360,32 @@ mod tests {
         }
         assert_eq!(s.log.len(), 4);
         assert!(s.has_merged(&id(10)) && s.has_merged(&id(7)) && !s.has_merged(&id(6)));
+    }
+
+    #[test]
+    fn sampled_states_round_trip_and_unsampled_ones_keep_their_form() {
+        let version = |b: &[u8]| u16::from_le_bytes([b[4], b[5]]);
+        let mut s = FragmentState::initial(1, vec![1.0, 2.0, 3.0]);
+        s.record_merge(1, vec![id(1)], 3, 0);
+        assert!(s.sampling.is_default());
+        assert_eq!(version(&s.to_bytes()), STATE_WIRE_VERSION_UNSAMPLED);
+        // Two merged with one wanted a round: every other round from now on.
+        s.record_merge(2, vec![id(2), id(3)], 3, 1);
+        assert_eq!((s.sampling.swarm, s.sampling.period, s.sampling.prev_period), (2, 2, 1));
+        let b = s.to_bytes();
+        assert_eq!(
+            (version(&b), b.len(), s.hash()),
+            (STATE_WIRE_VERSION, s.wire_len(), ContentHash::of(&b))
+        );
+        assert_eq!(FragmentState::from_bytes(&b, &spec(3)).unwrap(), s);
+        // A v4 payload's periods must be in range, and its sampling not the default.
+        let n = b.len();
+        let mut zero = b.clone();
+        zero[n - 8..n - 4].copy_from_slice(&0u32.to_le_bytes());
+        assert!(FragmentState::from_bytes(&zero, &spec(3)).is_err());
+        let mut default = b.clone();
+        default[n - 12..].copy_from_slice(&[0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0]);
+        assert!(FragmentState::from_bytes(&default, &spec(3)).is_err());
     }
 
     #[test]

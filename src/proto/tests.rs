@@ -369,4 +369,5 @@ fn an_author_gets_its_delta_in_however_many_copiers_announced_first() {
 
 mod agreement;
 mod attacks;
+mod sampling;
 mod states;

@@ -1,0 +1,86 @@
+//! Sampled contributions (src/proto/sampling.rs) through the core: outside its slot a peer
+//! banks its work and publishes nothing; in its slot the delta carries the banked work and
+//! claims its tokens and steps; announcements outside their author's slot are not fetched.
+
+use super::{delta_by, plan};
+use crate::proto::sampling::Sampling;
+use crate::proto::*;
+
+/// Peer `me` of a run wanting one contribution a round, whose fragment 0 state says every
+/// peer contributes every other round.
+fn sampled_peer(me: u64) -> Protocol {
+    let plan = plan();
+    let settings = Settings::new(RawSettings {
+        h: 10,
+        fragments: 2,
+        step_ms: 100,
+        grace_cap_ms: 100,
+        merge_lag: 0,
+        contributors: 1,
+        ..RawSettings::default()
+    })
+    .unwrap()
+    .with_tokens_per_step(16);
+    let states = plan
+        .fragments
+        .iter()
+        .map(|f| {
+            let mut s = FragmentState::initial(f.id as u32, vec![0.5; f.numel()]);
+            s.sampling = Sampling { swarm: 2, period: 2, prev_period: 2 };
+            s
+        })
+        .collect();
+    Protocol::restore(PeerId(me), settings, &plan, states, me).unwrap()
+}
+
+fn snapshot(p: &mut Protocol, round: u64, value: f32, now: Millis) -> Vec<Output> {
+    p.handle(Event::Timer(Timer::Open { fragment: 0, round }), now);
+    let params = vec![value; plan().fragments[0].numel()];
+    p.handle(Event::Snapshot { fragment: 0, round, params, tokens: 100, steps: 10 }, now + 1)
+}
+
+fn published(out: &[Output]) -> Option<ContributionAnnounce> {
+    out.iter().find_map(|o| match o {
+        Output::Publish { msg: Message::Contribution(c), .. } => Some(c.clone()),
+        _ => None,
+    })
+}
+
+#[test]
+fn outside_its_slot_a_peer_banks_its_work_and_sends_it_whole_in_the_next() {
+    let mut p = sampled_peer(3);
+    let s = p.state(0).sampling;
+    let off = (1..10).find(|&r| !s.publishes(PeerId(3), 0, r)).unwrap();
+    // Outside the slot: nothing published, the delta (0.5 − 0.25) waits in the residual.
+    let out = snapshot(&mut p, off, 0.25, off * 1000);
+    assert!(published(&out).is_none());
+    assert_eq!(p.metrics().banked, 1);
+    assert!(p.residual(0).iter().all(|&r| r == 0.25), "{:?}", p.residual(0));
+    // The next round is its slot: the delta holds both rounds' work (0.25 + 0.125) and
+    // claims both rounds' tokens and steps; what is left is the codec's rounding only.
+    let on = off + 1;
+    let out = snapshot(&mut p, on, 0.375, on * 1000);
+    let c = published(&out).expect("published in its slot");
+    assert_eq!((c.round, c.tokens, c.steps), (on, 200, 20));
+    assert!(p.residual(0).iter().all(|r| r.abs() < 0.01), "{:?}", p.residual(0));
+}
+
+#[test]
+fn an_announcement_outside_its_author_s_slot_is_not_fetched() {
+    let mut p = sampled_peer(1);
+    let s = p.state(0).sampling;
+    let round = 2;
+    let outside = (10..100).find(|&a| !s.in_slot(PeerId(a), 0, round)).unwrap();
+    let inside = (10..100).find(|&a| s.in_slot(PeerId(a), 0, round)).unwrap();
+    let fetches = |out: &[Output]| out.iter().filter(|o| matches!(o, Output::Fetch { .. })).count();
+    let (c, _) = delta_by(outside, round, 0.1);
+    let out =
+        p.handle(Event::Message { from: PeerId(outside), msg: Message::Contribution(c) }, 2000);
+    assert_eq!((fetches(&out), p.metrics().off_slot), (0, 1));
+    // Not an offence: a peer on another state may see other slots.
+    assert!(!out.iter().any(|o| matches!(o, Output::Misbehaved { .. })));
+    let (c, _) = delta_by(inside, round, 0.1);
+    let out =
+        p.handle(Event::Message { from: PeerId(inside), msg: Message::Contribution(c) }, 2000);
+    assert_eq!(fetches(&out), 1);
+}

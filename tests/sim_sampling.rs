@@ -1,0 +1,69 @@
+//! Sampled contributions (`contributors` in the manifest, src/proto/sampling.rs) at a
+//! thousand peers: each peer fetches about `contributors` deltas a round instead of one
+//! per member, hears as few announcements, and the swarm keeps its invariants through
+//! churn — agreement once it stops, no delta merged twice, none lost.
+
+use atoll::sim::{seed_from_env, Sim, SimConfig};
+
+/// Payload bytes and gossip messages received, summed over peers.
+fn received(sim: &Sim) -> (u64, u64) {
+    sim.bytes.iter().fold((0, 0), |(p, g), b| (p + b.payload_received, g + b.gossip_received))
+}
+
+#[test]
+fn a_thousand_sampled_peers_fetch_a_bounded_share_and_keep_the_invariants() {
+    let seed = seed_from_env(5);
+    let (peers, wanted) = (1000, 16);
+    let mut cfg = SimConfig::new(peers, seed);
+    // sim_scale's tiny model and network: one 64-byte fragment, every cycle one round.
+    cfg.settings.fragments = 1;
+    cfg.tensors = vec![cfg.tensors[1].clone()];
+    cfg.tensors[0].shape = vec![4, 4];
+    cfg.net.latency_ms = (2, 40);
+    cfg.net.loss = 0.01;
+    cfg.net.upload_bytes_per_ms = 100_000.0;
+    cfg.settings.contributors = wanted;
+    let mut sim = Sim::new(cfg).unwrap();
+    // Round 1 takes every peer's delta (the state knows no swarm yet); the period follows.
+    sim.run_cycles(3);
+    let period = sim.protocol(0).unwrap().state(0).sampling.period;
+    assert!((40..=100).contains(&period), "seed {seed}: period {period} for {peers} peers");
+    // Churn: 5% crash, 10% cut off for two rounds; then restarts, healing, no loss.
+    for i in (0..peers).step_by(20) {
+        sim.crash(i);
+    }
+    sim.partition((0..peers).map(|i| u8::from(i % 10 == 3)).collect());
+    sim.run_cycles(2);
+    for i in (0..peers).step_by(20) {
+        sim.restart(i).unwrap();
+    }
+    sim.heal();
+    sim.set_loss(0.0);
+    let settled_from = sim.now() / sim.settings().period_ms() + 1;
+    // Two rounds of catching up (the cut-off and restarted peers fetch states), then four
+    // measured.
+    sim.run_cycles(2);
+    let before = received(&sim);
+    sim.run_cycles(4);
+    let after = received(&sim);
+    let last = sim.now() / sim.settings().period_ms();
+    assert!(sim.agree(), "seed {seed}: {} distinct states", sim.distinct_states(0));
+    assert_eq!(sim.consensus_distance(), 0.0);
+    assert_eq!(sim.stats.double_merges, 0, "seed {seed}: a delta was merged twice");
+    assert_eq!(sim.stats.unknown_lineage, 0);
+    assert_eq!(sim.stats.offences, Default::default(), "seed {seed}: honest offences");
+    let missing = sim.lineages.as_ref().unwrap().missing(0, 0, settled_from..=last - 2);
+    assert_eq!(missing, 0, "seed {seed}: {missing} deltas of rounds {settled_from}.. lost");
+    // Per peer per round once caught up: about `wanted` deltas of 76 bytes (all-to-all: a
+    // thousand, 76 KB), and the announcements of their deltas and states, a few hundred
+    // bytes each (all-to-all: two per member, ~600 KB).
+    let per = (peers * 4) as f64;
+    let bytes = (after.0 - before.0) as f64 / per;
+    let gossip = (after.1 - before.1) as f64 / per;
+    eprintln!(
+        "seed {seed}: period {period}, per peer per round {bytes:.0} payload B, {gossip:.0} gossip B, {:?}",
+        sim.stats
+    );
+    assert!(bytes < 2.0 * 76.0 * wanted as f64, "seed {seed}: {bytes:.0} payload B/peer/round");
+    assert!(gossip < 40_000.0, "seed {seed}: {gossip:.0} gossip B/peer/round");
+}
