@@ -157,14 +157,6 @@ fn sampling(sizes: &[usize], target: usize, cycles: u64, seeds: u64) {
                 cfg.net.latency_ms = (2, 40);
                 cfg.net.upload_bytes_per_ms = 100_000.0;
                 cfg.settings.contributors = contributors;
-                    cfg.heterogeneity = v.parse().unwrap();
-                }
-                    cfg.noise = v.parse().unwrap();
-                }
-                    cfg.settings.merge_lag = v.parse().unwrap();
-                }
-                    cfg.settings.momentum = v.parse().unwrap();
-                }
                 let t = Instant::now();
                 let mut sim = Sim::new(cfg).unwrap_or_else(|e| panic!("{e}"));
                 sim.run_cycles(cycles);
