@@ -149,13 +149,8 @@ fn sampling(sizes: &[usize], target: usize, cycles: u64, seeds: u64) {
             let (mut loss, mut agree, mut adopt, mut merged, mut bytes, mut events, mut wall) =
                 (0.0, 0, 0.0, 0.0, 0.0, 0u64, 0.0);
             for seed in 1..=seeds {
-                let mut cfg = SimConfig::new(peers, seed);
-                cfg.settings.fragments = 1;
-                cfg.tensors = vec![cfg.tensors[1].clone()];
-                cfg.tensors[0].shape = vec![4, 4];
+                let mut cfg = SimConfig::new(peers, seed).tiny_and_fast();
                 cfg.track_lineage = false;
-                cfg.net.latency_ms = (2, 40);
-                cfg.net.upload_bytes_per_ms = 100_000.0;
                 cfg.settings.contributors = contributors;
                 let t = Instant::now();
                 let mut sim = Sim::new(cfg).unwrap_or_else(|e| panic!("{e}"));

@@ -14,14 +14,9 @@ fn received(sim: &Sim) -> (u64, u64) {
 fn a_thousand_sampled_peers_fetch_a_bounded_share_and_keep_the_invariants() {
     let seed = seed_from_env(5);
     let (peers, wanted) = (1000, 16);
-    let mut cfg = SimConfig::new(peers, seed);
     // sim_scale's tiny model and network: one 64-byte fragment, every cycle one round.
-    cfg.settings.fragments = 1;
-    cfg.tensors = vec![cfg.tensors[1].clone()];
-    cfg.tensors[0].shape = vec![4, 4];
-    cfg.net.latency_ms = (2, 40);
+    let mut cfg = SimConfig::new(peers, seed).tiny_and_fast();
     cfg.net.loss = 0.01;
-    cfg.net.upload_bytes_per_ms = 100_000.0;
     cfg.settings.contributors = wanted;
     let mut sim = Sim::new(cfg).unwrap();
     // Round 1 takes every peer's delta (the state knows no swarm yet); the period follows.

@@ -8,17 +8,11 @@ use std::time::Instant;
 fn thousand_peers_with_churn_agree() {
     let seed = seed_from_env(7);
     let peers = 1000;
-    let mut cfg = SimConfig::new(peers, seed);
     // One fragment of a tiny model: every cycle is one all-to-all round, and the cost is
     // the protocol's per-message work, not arithmetic on parameters.
-    cfg.settings.fragments = 1;
-    cfg.tensors = vec![cfg.tensors[1].clone()];
-    cfg.tensors[0].shape = vec![4, 4];
+    let mut cfg = SimConfig::new(peers, seed).tiny_and_fast();
     cfg.track_lineage = false;
-    cfg.net.latency_ms = (2, 40);
     cfg.net.loss = 0.01;
-    // A thousand fetches of each payload per round: give every uplink 100 MB/s.
-    cfg.net.upload_bytes_per_ms = 100_000.0;
     let started = Instant::now();
     let mut sim = Sim::new(cfg).unwrap();
     // Nothing happens before round 1 opens at T.

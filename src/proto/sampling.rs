@@ -84,15 +84,12 @@ impl Sampling {
     /// Whether `author` may contribute to `fragment` in `round`: always with period 1, else
     /// in the rounds where its slot comes up under the current or the previous period.
     pub fn in_slot(&self, author: PeerId, fragment: usize, round: u64) -> bool {
-        let slot = slot(author, fragment);
-        [self.period, self.prev_period]
-            .into_iter()
-            .any(|k| k <= 1 || (slot + round) % u64::from(k) == 0)
+        [self.period, self.prev_period].into_iter().any(|k| turn(author, fragment, round, k))
     }
 
     /// Whether `me` publishes in `round` (its slot under the current period only).
     pub fn publishes(&self, me: PeerId, fragment: usize, round: u64) -> bool {
-        self.period <= 1 || (slot(me, fragment) + round) % u64::from(self.period) == 0
+        turn(me, fragment, round, self.period)
     }
 
     /// The factor a merge applies to the round's combined delta.
@@ -101,16 +98,22 @@ impl Sampling {
     }
 }
 
+/// Whether `round` is `peer`'s turn for `fragment` under period `k`. The round may come
+/// from the network (any u64): reduced before adding, so nothing overflows.
+fn turn(peer: PeerId, fragment: usize, round: u64, k: u32) -> bool {
+    let k = u64::from(k);
+    k <= 1 || (slot(peer, fragment) % k + round % k) % k == 0
+}
+
 /// A peer's slot offset for a fragment: fixed, spread uniformly, and different per
-/// fragment so one peer's contributions are spread over the rounds. (Below 2⁶² so the sum
-/// with a round never overflows.)
+/// fragment so one peer's contributions are spread over the rounds.
 fn slot(peer: PeerId, fragment: usize) -> u64 {
     let mut h = blake3::Hasher::new();
     h.update(b"atoll/slot/v1");
     h.update(&peer.0.to_le_bytes());
     h.update(&(fragment as u64).to_le_bytes());
     let b = h.finalize();
-    u64::from_le_bytes(b.as_bytes()[..8].try_into().expect("8 bytes")) >> 2
+    u64::from_le_bytes(b.as_bytes()[..8].try_into().expect("8 bytes"))
 }
 
 #[cfg(test)]
@@ -165,5 +168,8 @@ mod tests {
             .find(|&r| !before.publishes(PeerId(9), 0, r) && !after.publishes(PeerId(9), 0, r))
             .unwrap();
         assert!(!after.in_slot(PeerId(9), 0, off));
+        // A round from the network near u64::MAX is a turn like any other, not an overflow.
+        let far = (u64::MAX - 200..=u64::MAX).filter(|&r| after.in_slot(PeerId(9), 0, r)).count();
+        assert!((8..=18).contains(&far), "{far} turns in 201 rounds");
     }
 }

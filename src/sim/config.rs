@@ -39,6 +39,18 @@ pub struct SimConfig {
 }
 
 impl SimConfig {
+    /// One fragment of a 16-value tensor on fast uplinks with 2–40 ms latency: the cost of
+    /// a run is the protocol's per-message work, not arithmetic (scale tests and benches).
+    pub fn tiny_and_fast(mut self) -> Self {
+        self.settings.fragments = 1;
+        self.tensors = vec![self.tensors[1].clone()];
+        self.tensors[0].shape = vec![4, 4];
+        self.net.latency_ms = (2, 40);
+        // A thousand fetches of each payload per round: give every uplink 100 MB/s.
+        self.net.upload_bytes_per_ms = 100_000.0;
+        self
+    }
+
     /// A small model (an embedding and three other tensors) and a calm network.
     pub fn new(peers: usize, seed: u64) -> Self {
         let t = |name: &str, shape: &[usize], emb: bool| TensorSpec {
