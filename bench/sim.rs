@@ -7,9 +7,10 @@
 //!
 //! `--momentum-grid` instead prints final loss over inner lr × outer μ × merge lag.
 //!
-//! `--sampling [--sizes 16,64,256,1000] [--contributors 16]` instead prints traffic,
-//! quality and cost against the swarm's size, every peer contributing every round (the
-//! all-to-all exchange) beside sampled contributions (`proto::sampling`).
+//! `--sampling [--sizes 16,64,256,1000] [--contributors 16] [--momentum μ] [--sampled-only]`
+//! instead prints traffic, quality and cost against the swarm's size, every peer
+//! contributing every round (the all-to-all exchange) beside sampled contributions
+//! (`proto::sampling`).
 
 use atoll::delta::Codec;
 use atoll::proto::MergeRule;
@@ -45,7 +46,10 @@ fn main() {
             .map(|s| s.split(',').filter_map(|n| n.parse().ok()).collect())
             .unwrap_or_else(|| vec![16, 64, 256, 1000]);
         let target = value("--contributors").and_then(|s| s.parse().ok()).unwrap_or(16);
-        return sampling(&sizes, target, cycles, seeds);
+        let momentum = value("--momentum").and_then(|s| s.parse().ok());
+        let exchanges =
+            if args.iter().any(|a| a == "--sampled-only") { vec![target] } else { vec![0, target] };
+        return sampling(&sizes, &exchanges, momentum, cycles, seeds);
     }
     let rows = [
         Row { name: "K=1 lag 0, heterogeneous, grace (γ=0.5)", tweak: |c| heterogeneous(c) },
@@ -140,18 +144,21 @@ fn momentum_grid(peers: usize, cycles: u64, seeds: u64) {
 /// Traffic and quality against the swarm's size: all-to-all against sampled contributions.
 /// The model and network are `sim_scale`'s (one fragment of 16 values, fast uplinks), so
 /// the cost is the protocol's per-message work; loss is the quadratic's, as elsewhere here.
-fn sampling(sizes: &[usize], target: usize, cycles: u64, seeds: u64) {
+fn sampling(sizes: &[usize], exchanges: &[usize], momentum: Option<f32>, cycles: u64, seeds: u64) {
     println!("{cycles} cycles, mean over {seeds} seeds; contributors = 0 is all-to-all");
     println!("| peers | contributors | final loss | agree | adoptions/peer/cycle | deltas merged/round | B/peer/round | events | wall s |");
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for &peers in sizes {
-        for contributors in [0, target] {
+        for &contributors in exchanges {
             let (mut loss, mut agree, mut adopt, mut merged, mut bytes, mut events, mut wall) =
                 (0.0, 0, 0.0, 0.0, 0.0, 0u64, 0.0);
             for seed in 1..=seeds {
                 let mut cfg = SimConfig::new(peers, seed).tiny_and_fast();
                 cfg.track_lineage = false;
                 cfg.settings.contributors = contributors;
+                if let Some(mu) = momentum {
+                    cfg.settings.momentum = mu;
+                }
                 let t = Instant::now();
                 let mut sim = Sim::new(cfg).unwrap_or_else(|e| panic!("{e}"));
                 sim.run_cycles(cycles);

@@ -19,6 +19,7 @@ use crate::delta::ContentHash;
 use crate::fragment::{FragmentPlan, PlanError};
 use crate::model::params::{read_fragment, tensor_specs, write_fragment, ParamsError};
 use crate::proto::merge::{robust_step, Input};
+use crate::proto::sampling::Sampling;
 use crate::proto::{PeerId, Settings};
 use crate::train::{TrainConfig, TrainError, Trainer};
 
@@ -138,7 +139,8 @@ pub fn sync_diloco(
                 })
                 .collect();
             crate::proto::merge::canonical_order(&mut inputs);
-            let step = robust_step(spec, &mut inputs, anchor, momentum, settings, 1.0);
+            let plain = Sampling::default().outer(settings.raw());
+            let step = robust_step(spec, &mut inputs, anchor, momentum, settings, plain);
             (*anchor, *momentum) = (step.anchor, step.momentum);
             for learner in &mut learners {
                 write_fragment(learner.model_mut(), spec, anchor)?;

@@ -352,10 +352,13 @@ impl Protocol {
         lane.last_snapshot_at = Some(now);
         let d: Vec<f32> = lane.state.anchor.iter().zip(params).map(|(a, t)| a - t).collect();
         if !lane.state.sampling.publishes(self.me, p, round) {
-            // Not this peer's slot (`super::sampling`): the work waits in the residual and
-            // the counters, and goes out whole in the next slot. A diverged delta is not
-            // kept, as it would not be published.
-            if d.iter().all(|v| v.is_finite()) && lane.feedback.absorb(&d) {
+            // Not this peer's slot (`super::sampling`): just before it, the work waits in the
+            // residual and the counters and goes out whole in the slot; earlier work would
+            // arrive too late to help and is not sent. A diverged delta is not kept, as it
+            // would not be published.
+            if !lane.state.sampling.banks(self.me, p, round) {
+                self.metrics.unsent += 1;
+            } else if d.iter().all(|v| v.is_finite()) && lane.feedback.absorb(&d) {
                 lane.banked.0 = lane.banked.0.saturating_add(tokens);
                 lane.banked.1 = lane.banked.1.saturating_add(steps);
                 self.metrics.banked += 1;

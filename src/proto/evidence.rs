@@ -139,14 +139,13 @@ impl Lane {
         }
         let mut inputs = merge_inputs(&decoded);
         merge::canonical_order(&mut inputs);
-        let scale = base.sampling.scale();
         let step = merge::robust_step(
             &self.spec,
             &mut inputs,
             &base.anchor,
             &base.momentum,
             settings,
-            scale,
+            base.sampling.outer(settings.raw()),
         );
         if !step.dropped.is_empty() {
             return Err(Evidence::Forged(format!(

@@ -188,6 +188,8 @@ pub struct Metrics {
     /// Snapshots outside this peer's slot whose work went into the residual instead of a
     /// delta (runs that sample contributions).
     pub banked: u64,
+    /// Snapshots too far before this peer's next slot to be banked: their work is not sent.
+    pub unsent: u64,
     /// Announcements of deltas outside their author's slot, not fetched.
     pub off_slot: u64,
     pub merges: u64,

@@ -207,7 +207,7 @@ impl Lane {
             &self.state.anchor,
             &self.state.momentum,
             settings,
-            self.state.sampling.scale(),
+            self.state.sampling.outer(r),
         );
         m.nonfinite_dropped += dropped.len() as u64;
         for hash in &dropped {

@@ -261,9 +261,8 @@ pub struct Step {
     pub agreement: Vec<f64>,
 }
 
-/// The whole merge of a round: [`combine`], scaled by `scale` (`1 / period` of the state
-/// merged into, when the run samples contributions; else 1), then the outer step on copies
-/// of the anchor and momentum. If any resulting value is not finite, the contribution with the largest
+/// The whole merge of a round: [`combine`], then the outer step `outer` on copies of the
+/// anchor and momentum (the manifest's, or a sampled state's: [`super::sampling::Outer`]). If any resulting value is not finite, the contribution with the largest
 /// absolute value (ties: the larger hash) is dropped and the merge is repeated, so a delta
 /// that would blow up the anchor costs its own contribution, never the round — and every
 /// peer that merges the same set drops the same one. `inputs` keeps what was merged
@@ -274,7 +273,7 @@ pub fn robust_step(
     anchor: &[f32],
     momentum: &[f32],
     settings: &super::Settings,
-    scale: f32,
+    outer: super::sampling::Outer,
 ) -> Step {
     let r = settings.raw();
     let bounds = settings.merge_bounds();
@@ -282,8 +281,8 @@ pub fn robust_step(
     while !inputs.is_empty() {
         let Combined { mut delta, mut agreement } = combine(spec, inputs, r.merge, &bounds);
         // Sampled contributions each hold `period` rounds of work (`super::sampling`).
-        if scale != 1.0 {
-            delta.iter_mut().for_each(|v| *v *= scale);
+        if outer.scale != 1.0 {
+            delta.iter_mut().for_each(|v| *v *= outer.scale);
         }
         if bounds.agree && inputs.len() <= 2 {
             // Too few for a median: held against the state's momentum as well.
@@ -307,7 +306,7 @@ pub fn robust_step(
             cap_to_momentum(spec, &mut delta, momentum);
         }
         let (mut a, mut m) = (anchor.to_vec(), momentum.to_vec());
-        outer_step(&mut a, &mut m, &delta, r.outer_lr, r.momentum);
+        outer_step(&mut a, &mut m, &delta, outer.lr, outer.mu);
         if a.iter().chain(&m).all(|v| v.is_finite()) {
             return Step { anchor: a, momentum: m, dropped, agreement };
         }

@@ -14,11 +14,18 @@
 //! merge from how many contributions it took, so every peer holding the same state uses the
 //! same period and checks the same slots. All arithmetic is on integers.
 
-use super::PeerId;
+use super::{PeerId, RawSettings};
 
 /// Longest contribution period: a swarm of 2²⁰ peers sampled down to 16 a round would need
 /// 65,536; past this the rounds simply carry more deltas.
 pub const MAX_PERIOD: u32 = 1 << 16;
+
+/// Most rounds of work one sampled delta carries: a peer banks the rounds just before its
+/// slot, at most this many, and leaves the rest unsent. Work held longer reaches the anchor
+/// so late that the step it allows is too small: in the simulator, 1,000 peers (period 63)
+/// ended at loss 0.146 banking all 63 rounds, 0.0043 sending only the slot's round, and
+/// 0.0012 / 0.0017 / 0.0025 / 0.0092 banking at most 16 / 8 / 4 / 32 (bench/RESULTS.md).
+pub const MAX_BANKED_ROUNDS: u32 = 16;
 
 /// The sampling part of a fragment's replicated state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,10 +99,62 @@ impl Sampling {
         turn(me, fragment, round, self.period)
     }
 
-    /// The factor a merge applies to the round's combined delta.
-    pub fn scale(&self) -> f32 {
-        1.0 / self.period.max(1) as f32
+    /// Whether `me`'s work of `round` goes into its next delta: in the last
+    /// [`Self::banked_rounds`] rounds up to and including its slot. Other rounds' work is
+    /// not sent.
+    pub fn banks(&self, me: PeerId, fragment: usize, round: u64) -> bool {
+        let k = u64::from(self.period);
+        if k <= 1 {
+            return true;
+        }
+        let until_turn = (k - (slot(me, fragment) % k + round % k) % k) % k;
+        until_turn < u64::from(self.banked_rounds())
     }
+
+    /// Rounds of work one delta holds: the period, at most [`MAX_BANKED_ROUNDS`].
+    pub fn banked_rounds(&self) -> u32 {
+        self.period.clamp(1, MAX_BANKED_ROUNDS)
+    }
+
+    /// The factor a merge applies to the round's combined delta: each delta holds
+    /// [`Self::banked_rounds`] rounds of work.
+    pub fn scale(&self) -> f32 {
+        1.0 / self.banked_rounds() as f32
+    }
+
+    /// The outer step a merge into this state takes, from the manifest's `outer_lr` and
+    /// `momentum` (`lr`, `μ`).
+    ///
+    /// A sampled delta holds its author's last `period` rounds of work, so the merged update
+    /// is a `k`-round moving average of the swarm's per-round deltas: work reaches the anchor
+    /// up to `k − 1` rounds late. Delayed updates need a smaller step: unchanged, a swarm
+    /// sampled at `k = 16` oscillated in the simulator where all-to-all converged
+    /// (bench/RESULTS.md). Model one direction of the loss as a round moving each peer a
+    /// fraction `a` of its way to the optimum (`a ≤ 1`: inner training does not overshoot);
+    /// Nesterov on the moving average is then stable for every such `a` with no momentum
+    /// and a learning rate up to about `5 / (k + 1)` (the linear system's spectral radius,
+    /// computed for k = 2..63: bench/RESULTS.md), while any momentum shrinks that range
+    /// (at `μ = 0.9`, `k = 4`, to `a < 0.2`). So past period 1 the step has no momentum and
+    /// its gain `lr / (1 − μ)` is capped at `5 / (k + 1)`. Period 1 is the manifest's step
+    /// exactly. Plain f32 arithmetic: every peer computes the same bits.
+    pub fn outer(&self, settings: &RawSettings) -> Outer {
+        let (lr, mu) = (settings.outer_lr, settings.momentum);
+        if self.period <= 1 {
+            return Outer { scale: 1.0, lr, mu };
+        }
+        let gain = lr / (1.0 - mu);
+        let stable = 5.0 / (self.banked_rounds() as f32 + 1.0);
+        Outer { scale: self.scale(), lr: gain.min(stable), mu: 0.0 }
+    }
+}
+
+/// The outer step of one merge: the round's combined delta times `scale`, then Nesterov
+/// with learning rate `lr` and momentum `mu`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Outer {
+    pub scale: f32,
+    pub lr: f32,
+    pub mu: f32,
 }
 
 /// Whether `round` is `peer`'s turn for `fragment` under period `k`. The round may come
@@ -155,6 +214,63 @@ mod tests {
         }
         // 20 a round on average; a uniform hash keeps every round within a few of it.
         assert!(per_round.iter().all(|&n| (5..=40).contains(&n)), "{per_round:?}");
+    }
+
+    #[test]
+    fn past_period_one_the_outer_step_drops_momentum_and_shrinks_with_the_period() {
+        let raw = |outer_lr, momentum| RawSettings { outer_lr, momentum, ..Default::default() };
+        let at = |period| Sampling { swarm: 100, period, prev_period: period };
+        // Period 1: the manifest's step, bit for bit.
+        assert_eq!(at(1).outer(&raw(0.7, 0.9)), Outer { scale: 1.0, lr: 0.7, mu: 0.9 });
+        // Period 2: the gain 0.7 / 0.1 = 7 is capped at 5 / 3, without momentum.
+        assert_eq!(at(2).outer(&raw(0.7, 0.9)), Outer { scale: 0.5, lr: 5.0 / 3.0, mu: 0.0 });
+        // A small manifest step is kept: gain 0.2 / 0.5 = 0.4 is under the cap of period 4.
+        let o = at(4).outer(&raw(0.2, 0.5));
+        assert_eq!((o.scale, o.lr, o.mu), (0.25, 0.4, 0.0));
+        // The step shrinks as the period grows and stays finite and positive; past
+        // MAX_BANKED_ROUNDS a delta holds that many rounds, and the step stays.
+        let mut last = f32::INFINITY;
+        for k in [2, 3, 8, MAX_BANKED_ROUNDS] {
+            let o = at(k).outer(&raw(0.7, 0.9));
+            assert!(o.lr < last && o.lr > 0.0 && o.mu == 0.0, "{o:?}");
+            last = o.lr;
+        }
+        let longest = at(MAX_BANKED_ROUNDS).outer(&raw(0.7, 0.9));
+        assert!([63, 1000, MAX_PERIOD].into_iter().all(|k| at(k).outer(&raw(0.7, 0.9)) == longest));
+    }
+
+    /// One direction of the loss in which a round of inner training moves each peer a
+    /// fraction `a` of its way to the optimum (0), merged as sampling merges it (in
+    /// expectation): the mean of the last `k` rounds' deltas, then Nesterov. Returns |x| after `rounds` from x = 1.
+    fn model(a: f32, k: usize, o: Outer, rounds: usize) -> f32 {
+        let (mut x, mut m) = (1f32, 0f32);
+        let mut past = std::collections::VecDeque::from(vec![0f32; k]);
+        for _ in 0..rounds {
+            past.pop_front();
+            past.push_back(a * x);
+            let u = past.iter().sum::<f32>() * o.scale;
+            m = o.mu * m + u;
+            x -= o.lr * (u + o.mu * m);
+        }
+        x.abs()
+    }
+
+    #[test]
+    fn the_sampled_outer_step_converges_where_the_manifests_step_diverges() {
+        let manifest = RawSettings { outer_lr: 0.7, momentum: 0.9, ..Default::default() };
+        for k in [2u32, 4, 16, 63] {
+            let s = Sampling { swarm: 16 * k, period: k, prev_period: k };
+            let o = s.outer(&manifest);
+            for a in [0.05f32, 0.2, 0.5, 1.0] {
+                let left = model(a, s.banked_rounds() as usize, o, 3000);
+                assert!(left < 1e-3, "period {k}, a = {a}: |x| = {left} ({o:?})");
+            }
+        }
+        // The manifest's step on the same moving average (only scaled by 1/k) does not.
+        let k = 16;
+        let unchanged = Outer { scale: 1.0 / k as f32, lr: 0.7, mu: 0.9 };
+        let left = model(0.5, k, unchanged, 3000);
+        assert!(!(left < 1.0), "{left}"); // it grows (to infinity, or NaN past it)
     }
 
     #[test]

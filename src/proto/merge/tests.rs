@@ -4,6 +4,10 @@ use super::*;
 use crate::fragment::TensorSpec;
 use proptest::prelude::*;
 
+fn plain(settings: &crate::proto::Settings) -> crate::proto::sampling::Outer {
+    crate::proto::sampling::Sampling::default().outer(settings.raw())
+}
+
 /// No clipping or capping: the plain rules.
 const B: Bounds = Bounds { clip: f64::INFINITY, max_share: f64::INFINITY, trim: 0.2, agree: false };
 
@@ -208,7 +212,7 @@ fn a_lone_or_paired_delta_against_the_momentum_earns_nothing() {
         canonical_order(&mut inp);
         let order: Vec<usize> =
             inp.iter().map(|i| vals.iter().position(|v| v == i.values).unwrap()).collect();
-        let s = robust_step(&spec, &mut inp, &anchor, m, &settings, 1.0);
+        let s = robust_step(&spec, &mut inp, &anchor, m, &settings, plain(&settings));
         let mut by_input = vec![0.0; vals.len()];
         for (k, &i) in order.iter().enumerate() {
             by_input[i] = s.agreement[k];
@@ -244,7 +248,7 @@ fn a_lone_delta_is_capped_at_the_momentum_s_norm() {
     let merged = |d: Vec<f32>, m: &[f32]| {
         let vals = [d];
         let mut inp = inputs(&vals);
-        let s = robust_step(&spec, &mut inp, &anchor, m, &settings, 1.0);
+        let s = robust_step(&spec, &mut inp, &anchor, m, &settings, plain(&settings));
         // Undo the outer step: anchor' = −lr·(Δ + μ·(μ·m + Δ)).
         let k = lr * (1.0 + mu);
         s.anchor.iter().zip(m).map(|(a, m)| (-a - lr * mu * mu * m) / k).collect::<Vec<f32>>()

@@ -6,9 +6,9 @@ use super::{delta_by, plan};
 use crate::proto::sampling::Sampling;
 use crate::proto::*;
 
-/// Peer `me` of a run wanting one contribution a round, whose fragment 0 state says every
-/// peer contributes every other round.
-fn sampled_peer(me: u64) -> Protocol {
+/// Peer `me` of a run wanting one contribution a round, whose states say every peer
+/// contributes every `period` rounds.
+fn sampled_peer(me: u64, period: u32) -> Protocol {
     let plan = plan();
     let settings = Settings::new(RawSettings {
         h: 10,
@@ -26,7 +26,7 @@ fn sampled_peer(me: u64) -> Protocol {
         .iter()
         .map(|f| {
             let mut s = FragmentState::initial(f.id as u32, vec![0.5; f.numel()]);
-            s.sampling = Sampling { swarm: 2, period: 2, prev_period: 2 };
+            s.sampling = Sampling { swarm: period, period, prev_period: period };
             s
         })
         .collect();
@@ -48,7 +48,7 @@ fn published(out: &[Output]) -> Option<ContributionAnnounce> {
 
 #[test]
 fn outside_its_slot_a_peer_banks_its_work_and_sends_it_whole_in_the_next() {
-    let mut p = sampled_peer(3);
+    let mut p = sampled_peer(3, 2);
     let s = p.state(0).sampling;
     let off = (1..10).find(|&r| !s.publishes(PeerId(3), 0, r)).unwrap();
     // Outside the slot: nothing published, the delta (0.5 − 0.25) waits in the residual.
@@ -66,8 +66,27 @@ fn outside_its_slot_a_peer_banks_its_work_and_sends_it_whole_in_the_next() {
 }
 
 #[test]
+fn work_long_before_a_peers_slot_is_not_banked() {
+    // Period 20: a delta holds at most MAX_BANKED_ROUNDS (16) rounds, those just before the
+    // slot; earlier work would reach the anchor too late.
+    let mut p = sampled_peer(3, 20);
+    let s = p.state(0).sampling;
+    let slot = (1..40).find(|&r| s.publishes(PeerId(3), 0, r)).unwrap() + 20;
+    let early = slot - 17;
+    let out = snapshot(&mut p, early, 0.25, early * 1000);
+    assert!(published(&out).is_none());
+    assert_eq!((p.metrics().unsent, p.metrics().banked), (1, 0));
+    assert!(p.residual(0).iter().all(|&r| r == 0.0), "{:?}", p.residual(0));
+    // Sixteen rounds before it, banked.
+    let late = slot - 15;
+    snapshot(&mut p, late, 0.25, late * 1000);
+    assert_eq!((p.metrics().unsent, p.metrics().banked), (1, 1));
+    assert!(p.residual(0).iter().all(|&r| r == 0.25), "{:?}", p.residual(0));
+}
+
+#[test]
 fn an_announcement_outside_its_author_s_slot_is_not_fetched() {
-    let mut p = sampled_peer(1);
+    let mut p = sampled_peer(1, 2);
     let s = p.state(0).sampling;
     let round = 2;
     let outside = (10..100).find(|&a| !s.in_slot(PeerId(a), 0, round)).unwrap();
