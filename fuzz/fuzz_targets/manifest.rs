@@ -143,6 +143,7 @@ fn raw_settings(u: &mut Unstructured) -> Result<RawSettings> {
         trim: f64e(u)?,
         step_slack: u64e(u)?,
         agreement_weights: u.arbitrary()?,
+        contributors: u64e(u)? as usize,
     };
     r.encode.block = u64e(u)? as usize;
     // Each field falls back to its default with some probability, so validation passes
@@ -154,7 +155,8 @@ fn raw_settings(u: &mut Unstructured) -> Result<RawSettings> {
     dflt!(0 quorum, 1 gamma, 2 tau, 3 ema_weight, 4 outer_lr, 5 momentum, 6 alpha, 7 max_lateness,
           8 merge_lag, 9 max_wait_ms, 10 reconcile_at, 11 fetch_timeout_ms, 12 fetch_attempts,
           13 max_held, 14 max_held_bytes, 15 max_payload_bytes, 16 clip_factor,
-          17 max_author_share, 18 trim, 19 step_slack, 20 encode, 21 grace_cap_ms);
+          17 max_author_share, 18 trim, 19 step_slack, 20 encode, 21 grace_cap_ms,
+          22 contributors);
     Ok(r)
 }
 

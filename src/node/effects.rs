@@ -76,6 +76,10 @@ impl<N: super::Network> Loop<N> {
                     );
                     self.disk.save_state(self.peer.protocol().state(r.fragment).clone());
                 }
+                Output::Banked { fragment, .. } => {
+                    let residual = self.peer.protocol().residual(fragment);
+                    self.disk.save_residual(fragment as u32, residual.to_vec());
+                }
                 Output::Skipped { fragment, round } => {
                     self.status.skipped += 1;
                     tracing::debug!(fragment, round, "round skipped (no quorum)");

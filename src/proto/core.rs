@@ -362,6 +362,7 @@ impl Protocol {
                 lane.banked.0 = lane.banked.0.saturating_add(tokens);
                 lane.banked.1 = lane.banked.1.saturating_add(steps);
                 self.metrics.banked += 1;
+                out.push(Output::Banked { fragment: p, round });
             }
             return self.check_quorum(p, now, out);
         }

@@ -122,6 +122,10 @@ pub enum Output {
     Snapshot { fragment: usize, round: u64 },
     /// A new anchor for the trainer.
     Apply(ApplyAnchor),
+    /// The fragment's error-feedback residual now holds work of `round` that waits for
+    /// this peer's slot (sampled contributions): keep it with the anchors, as after
+    /// publishing, so a restart sends it.
+    Banked { fragment: usize, round: u64 },
     /// A round was merged.
     Merged(MergeReport),
     /// A round closed without its quorum; its contributions stay pending.

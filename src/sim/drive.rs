@@ -174,6 +174,7 @@ impl Sim {
                 }
             }
             Output::Skipped { .. } => self.stats.skipped += 1,
+            Output::Banked { .. } => {}
             Output::Adopted { fragment, hash, .. } => {
                 self.stats.adoptions += 1;
                 if let Some(l) = self.lineages.as_mut() {

@@ -55,6 +55,10 @@ fn outside_its_slot_a_peer_banks_its_work_and_sends_it_whole_in_the_next() {
     let out = snapshot(&mut p, off, 0.25, off * 1000);
     assert!(published(&out).is_none());
     assert_eq!(p.metrics().banked, 1);
+    // The node keeps the residual on disk when told, so a restart sends the work.
+    assert!(out
+        .iter()
+        .any(|o| matches!(o, Output::Banked { fragment: 0, round } if *round == off)));
     assert!(p.residual(0).iter().all(|&r| r == 0.25), "{:?}", p.residual(0));
     // The next round is its slot: the delta holds both rounds' work (0.25 + 0.125) and
     // claims both rounds' tokens and steps; what is left is the codec's rounding only.
