@@ -326,6 +326,9 @@ fn the_status_page_shows_a_live_swarm_in_chromium() {
     let refused: u64 = num(&dom, "atoll", "data-refused");
     let now: u64 = peers[0].training().unwrap().refusals.values().sum();
     assert!(refused <= now, "the page shows {refused} refusals, status.json {now}");
+    // Contribution period: this swarm does not sample, so every fragment's is 1.
+    let period: u32 = num(&dom, "atoll", "data-period");
+    assert_eq!((period, &t.period), (1, &vec![1; t.round.len()]), "page and status period");
     let val: f64 = num(&dom, "atoll", "data-val-bpb");
     assert!((val - t.val_bpb.unwrap()).abs() < 1e-9, "page val_bpb {val}, status {:?}", t.val_bpb);
     let val_plot: f64 = num(&dom, "val-plot", "data-val-bpb");

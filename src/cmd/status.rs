@@ -157,6 +157,12 @@ fn human(s: &StatusFile) -> String {
             "rounds   {:?} ({} merges, {} skipped, {} adopted)\n",
             t.round, t.merges, t.skipped, t.adopted
         );
+        if t.period.iter().any(|&k| k > 1) {
+            out += &format!(
+                "sampled  period {:?} ({} snapshots banked, {} unsent)\n",
+                t.period, t.banked, t.unsent
+            );
+        }
         for (p, h) in t.anchor_hashes.iter().enumerate() {
             out += &format!("anchor   {p}: {h}\n");
         }
@@ -170,4 +176,30 @@ fn human(s: &StatusFile) -> String {
 
 pub fn bytes(n: u64) -> String {
     atoll::doctor::human_bytes(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use atoll::rundir::status::TrainingStatus;
+
+    fn status(period: Vec<u32>) -> StatusFile {
+        let t = TrainingStatus { period, banked: 12, unsent: 3, ..Default::default() };
+        StatusFile {
+            running: true,
+            pid: 1,
+            updated_unix_ms: unix_ms(),
+            stats: Default::default(),
+            training: Some(t),
+            endpoints: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_sampled_peer_shows_its_period_and_what_it_banked() {
+        let text = human(&status(vec![1, 4]));
+        assert!(text.contains("sampled  period [1, 4] (12 snapshots banked, 3 unsent)"), "{text}");
+        // A peer contributing every round is not told about sampling.
+        assert!(!human(&status(vec![1, 1])).contains("sampled"));
+    }
 }

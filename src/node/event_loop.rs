@@ -120,5 +120,7 @@ impl<N: Network> Loop<N> {
         self.status.payload_bytes =
             m.payload_bytes().iter().map(|&(k, n)| (k.to_owned(), n)).collect();
         self.status.published = m.published;
+        self.status.period = (0..p).map(|i| proto.state(i).sampling.period).collect();
+        (self.status.banked, self.status.unsent) = (m.banked, m.unsent);
     }
 }

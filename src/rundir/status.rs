@@ -73,6 +73,15 @@ pub struct TrainingStatus {
     /// Deltas this peer published.
     #[serde(default)]
     pub published: u64,
+    /// Sampled contributions (`protocol.contributors`): each fragment's contribution
+    /// period (1: this peer publishes every round), and the snapshots whose work was
+    /// banked for the next slot or, more than `MAX_BANKED_ROUNDS` before it, not sent.
+    #[serde(default)]
+    pub period: Vec<u32>,
+    #[serde(default)]
+    pub banked: u64,
+    #[serde(default)]
+    pub unsent: u64,
     /// Milliseconds from the start of this process's node to the end of its first inner
     /// step (a late joiner first takes the swarm's anchors), and the fragment rounds it
     /// started from.

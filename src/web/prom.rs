@@ -235,6 +235,11 @@ fn training(enc: &mut DescriptorEncoder, t: &TrainingStatus) -> Fmt {
     let payloads = t.payload_bytes.iter().map(|(k, n)| (k.clone(), *n));
     let help = "Payload bytes: own deltas published, deltas and states fetched";
     family(enc, "payload_bytes", help, MetricType::Counter, "kind", payloads)?;
+    let periods = t.period.iter().enumerate().map(|(i, k)| (i.to_string(), u64::from(*k)));
+    let help = "Rounds between two contributions of this peer to each fragment (1: every round)";
+    family(enc, "contribution_period", help, MetricType::Gauge, "fragment", periods)?;
+    counter(enc, "banked_snapshots", "Snapshots banked for this peer's next slot", t.banked)?;
+    counter(enc, "unsent_snapshots", "Snapshots too long before a slot to be sent", t.unsent)?;
     gauge(enc, "trained", "1 once the step target is reached", t.trained)?;
     gauge(enc, "parameters", "Parameters of the model", t.param_count)
 }
@@ -258,6 +263,7 @@ mod tests {
             TrainingStatus { step: 9, round: vec![4, 5], loss: Some(2.5), ..Default::default() };
         t.refusals.insert("fetch_failed".into(), 3);
         t.payload_bytes.insert("state_fetched".into(), 7);
+        (t.period, t.banked, t.unsent) = (vec![1, 4], 6, 2);
         board.set_status(true, stats, Some(t));
         let text = encode(&board).unwrap();
         for line in [
@@ -270,6 +276,9 @@ mod tests {
             "atoll_fragment_round{fragment=\"1\"} 5",
             "atoll_refusals_total{cause=\"fetch_failed\"} 3",
             "atoll_payload_bytes_total{kind=\"state_fetched\"} 7",
+            "atoll_contribution_period{fragment=\"1\"} 4",
+            "atoll_banked_snapshots_total 6",
+            "atoll_unsent_snapshots_total 2",
             "atoll_reachability{state=\"private\"} 1",
             "atoll_reachability{state=\"public\"} 0",
             "atoll_links{kind=\"relayed\"} 1",
