@@ -63,6 +63,18 @@ impl Protocol {
         if lane.state_fetch.is_some() {
             return;
         }
+        // In a sampled swarm a peer announces a merge's state only if it contributed to it.
+        // One whose merge took another set than the contributors' (a late delta) would
+        // then hold a state nobody hears of: announced now, if no other voter holds it,
+        // so the swarm reconciles with it — at the end of a run, when no later round comes
+        // to reveal the split, the anchors would otherwise stay apart.
+        let (round, hash) = (lane.state.round, lane.state_hash);
+        if lane.state.sampling.period > 1
+            && round > 0
+            && !lane.votes.holders(round, hash).iter().any(|&h| h != self.me)
+        {
+            out.push(lane.announcement());
+        }
         let Some(latest) = lane.votes.latest_round(max_round) else { return };
         let target = latest.max(lane.state.round);
         let Some(leader) = lane.votes.leader(target) else { return };

@@ -158,8 +158,16 @@ impl Lane {
         redone.momentum = step.momentum;
         redone.round = round;
         redone.parent = parent;
-        let keep = Window::of(settings).log_rounds();
-        redone.record_merge(round, listed.to_vec(), keep, settings.raw().contributors);
+        let w = Window::of(settings);
+        let late =
+            listed.iter().filter(|h| self.held.get(h).is_some_and(|d| d.round < round)).count();
+        redone.record_merge(
+            round,
+            listed.to_vec(),
+            late,
+            w.log_rounds(),
+            settings.raw().contributors,
+        );
         Ok(redone)
     }
 }

@@ -228,7 +228,11 @@ impl Lane {
         let merged: Vec<ContentHash> = inputs.iter().map(|i| i.hash).collect();
         drop(inputs);
         self.state.round = round;
-        self.state.record_merge(round, merged.clone(), w.log_rounds(), r.contributors);
+        // Deltas made for an earlier round (merge lag, late arrivals) may have been
+        // published under the previous period (`Sampling::after_merge`).
+        let earlier = merged.iter().filter(|h| self.held.get(h).is_some_and(|d| d.round < round));
+        let late_merged = earlier.count();
+        self.state.record_merge(round, merged.clone(), late_merged, w.log_rounds(), r.contributors);
         let mut late = 0;
         let mut contributions = Vec::with_capacity(merged.len());
         for (hash, &agreement) in merged.iter().zip(&agreement) {
@@ -284,6 +288,15 @@ impl Lane {
             anchor: self.state.anchor.clone(),
             alpha: settings.raw().alpha,
         };
+        if announce {
+            vec![Output::Apply(apply), self.announcement(), report]
+        } else {
+            vec![Output::Apply(apply), report]
+        }
+    }
+
+    /// The announcement of this lane's state (with its payload, to serve).
+    pub fn announcement(&self) -> Output {
         let state = super::Message::State(super::StateAnnounce {
             fragment: self.spec.id as u32,
             round: self.state.round,
@@ -291,12 +304,7 @@ impl Lane {
             size: self.state.wire_len() as u64,
             recipe: self.recipe(),
         });
-        let publish = Output::Publish { msg: state, payload: self.state_bytes.clone() };
-        if announce {
-            vec![Output::Apply(apply), publish, report]
-        } else {
-            vec![Output::Apply(apply), report]
-        }
+        Output::Publish { msg: state, payload: self.state_bytes.clone() }
     }
 
     /// Drops contributions too old to merge; unmerged ones are counted as stale.

@@ -117,17 +117,28 @@ impl FragmentState {
         self.index.contains(hash)
     }
 
-    /// Records a merge of `ids` in `round` (keeping `keep` rounds of log) and re-estimates
-    /// the sampling for a target of `contributors` deltas a round (0: none). Every merge,
-    /// made here or recomputed to check another's, goes through this.
+    /// Records a merge of `ids` in `round` (keeping `keep` rounds of log), `late` of them
+    /// made for an earlier round (merge lag, late arrivals), and re-estimates the sampling for a target of
+    /// `contributors` deltas a round (0: none). Every merge, made here or recomputed to
+    /// check another's, goes through this.
     pub fn record_merge(
         &mut self,
         round: u64,
         ids: Vec<ContentHash>,
+        late: usize,
         keep: u64,
         contributors: usize,
     ) {
-        self.sampling = self.sampling.after_merge(ids.len(), contributors);
+        // A merge after skipped rounds takes their deltas too: it stands for the rounds
+        // since the state's previous merge (at most the log's span, beyond which deltas
+        // are too old to be merged). The first merge stands for one: the rounds before it
+        // had nothing to merge (nobody had trained yet), not a skipped round's deltas.
+        let rounds = match self.log.back() {
+            Some((previous, _)) => round.saturating_sub(*previous).clamp(1, keep.max(1)),
+            None => 1,
+        };
+        let on_time = ids.len().saturating_sub(late);
+        self.sampling = self.sampling.after_merge(on_time, late, rounds, contributors);
         self.record(round, ids, keep);
     }
 
@@ -366,11 +377,11 @@ mod tests {
     fn sampled_states_round_trip_and_unsampled_ones_keep_their_form() {
         let version = |b: &[u8]| u16::from_le_bytes([b[4], b[5]]);
         let mut s = FragmentState::initial(1, vec![1.0, 2.0, 3.0]);
-        s.record_merge(1, vec![id(1)], 3, 0);
+        s.record_merge(1, vec![id(1)], 0, 3, 0);
         assert!(s.sampling.is_default());
         assert_eq!(version(&s.to_bytes()), STATE_WIRE_VERSION_UNSAMPLED);
         // Two merged with one wanted a round: every other round from now on.
-        s.record_merge(2, vec![id(2), id(3)], 3, 1);
+        s.record_merge(2, vec![id(2), id(3)], 0, 3, 1);
         assert_eq!((s.sampling.swarm, s.sampling.period, s.sampling.prev_period), (2, 2, 1));
         let b = s.to_bytes();
         assert_eq!(
