@@ -159,8 +159,7 @@ impl Lane {
         redone.round = round;
         redone.parent = parent;
         let w = Window::of(settings);
-        let late =
-            listed.iter().filter(|h| self.held.get(h).is_some_and(|d| d.round < round)).count();
+        let late = self.made_before(listed, round);
         redone.record_merge(
             round,
             listed.to_vec(),

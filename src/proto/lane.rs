@@ -228,11 +228,8 @@ impl Lane {
         let merged: Vec<ContentHash> = inputs.iter().map(|i| i.hash).collect();
         drop(inputs);
         self.state.round = round;
-        // Deltas made for an earlier round (merge lag, late arrivals) may have been
-        // published under the previous period (`Sampling::after_merge`).
-        let earlier = merged.iter().filter(|h| self.held.get(h).is_some_and(|d| d.round < round));
-        let late_merged = earlier.count();
-        self.state.record_merge(round, merged.clone(), late_merged, w.log_rounds(), r.contributors);
+        let earlier = self.made_before(&merged, round);
+        self.state.record_merge(round, merged.clone(), earlier, w.log_rounds(), r.contributors);
         let mut late = 0;
         let mut contributions = Vec::with_capacity(merged.len());
         for (hash, &agreement) in merged.iter().zip(&agreement) {
@@ -293,6 +290,13 @@ impl Lane {
         } else {
             vec![Output::Apply(apply), report]
         }
+    }
+
+    /// How many of the held deltas `ids` were made for a round before `round` (merge lag,
+    /// late arrivals): they may have been published under the previous sampling period
+    /// (`Sampling::after_merge`).
+    pub fn made_before(&self, ids: &[ContentHash], round: u64) -> usize {
+        ids.iter().filter(|h| self.held.get(h).is_some_and(|d| d.round < round)).count()
     }
 
     /// The announcement of this lane's state (with its payload, to serve).

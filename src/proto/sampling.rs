@@ -81,7 +81,7 @@ impl Sampling {
             .saturating_mul(u64::from(self.period))
             .saturating_add((late as u64).saturating_mul(u64::from(late_under)));
         let rounds = rounds.max(1);
-        let sample = (published + rounds / 2) / rounds;
+        let sample = published.saturating_add(rounds / 2) / rounds;
         let swarm = if self.swarm == 0 {
             sample
         } else {
