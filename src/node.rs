@@ -46,6 +46,7 @@ use std::path::PathBuf;
 
 use std::time::Duration;
 
+use atoll_net::logthrottle::LogThrottle;
 use atoll_net::{NetConfig, NetEvent, Node};
 use bytes::Bytes;
 use tokio::sync::mpsc;
@@ -56,15 +57,13 @@ use crate::data::{Corpus, Shard};
 
 use crate::manifest::{Manifest, RunId};
 use crate::peer::Peer;
-use crate::proto::{Millis, Offence, PeerId, Timer};
+use crate::proto::{Millis, PeerId, Timer};
 use crate::rundir::ledger;
 use crate::rundir::status::{self, TrainingStatus};
 use worker::WorkerSetup;
 
 /// How often `status.json` is rewritten (training and `--no-train` peers alike).
 const STATUS_PERIOD: Duration = Duration::from_millis(500);
-/// Most offenders whose offences were logged (one line per offender and offence).
-const MAX_REPORTED: usize = 4096;
 
 /// Most background tasks (publishes, manifest diagnoses) at once.
 const MAX_TASKS: usize = 256;
@@ -205,7 +204,7 @@ async fn serve<N: Network>(
         tasks: JoinSet::new(),
         disk,
         foreign: HashSet::new(),
-        reported: HashSet::new(),
+        reported: LogThrottle::new(LogThrottle::<PeerId>::DEFAULT_WINDOW, 4096),
         to_worker: WorkerOutbox::new(to_worker),
         status: TrainingStatus {
             manifest_id: opts.manifest.run_id().short(),
@@ -265,8 +264,9 @@ struct Loop<N> {
     disk: disk::Disk,
     /// (peer, run id) pairs of foreign messages already explained in the log.
     foreign: HashSet<(atoll_net::PeerId, [u8; 32])>,
-    /// Offenders already logged, with the offence (one line each; bounded).
-    reported: HashSet<(PeerId, Offence)>,
+    /// Offences logged: one line per offender and offence per minute (the counts go to
+    /// status.json whatever the log says).
+    reported: LogThrottle<PeerId>,
     to_worker: WorkerOutbox,
     status: TrainingStatus,
     started_unix_ms: u64,

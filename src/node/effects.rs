@@ -3,13 +3,13 @@
 //! release and finish.
 
 use std::cmp::Reverse;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use atoll_net::BlobHash;
 use bytes::Bytes;
 
 use super::worker::ToWorker;
-use super::{wire, Loop, MAX_REPORTED, MAX_TASKS, SETTLE};
+use super::{wire, Loop, MAX_TASKS, SETTLE};
 use crate::delta::ContentHash;
 use crate::peer::{Effect, PeerEvent};
 use crate::proto::{Event, Message, Millis, Output, PeerId};
@@ -93,10 +93,12 @@ impl<N: super::Network> Loop<N> {
                 Output::Misbehaved { peer, offence, detail } => {
                     *self.status.rejected.entry(offence.as_str().to_owned()).or_default() += 1;
                     let libp2p_id = self.peers.get(&peer).copied();
-                    // One line per offender and offence; the counts go to status.json.
-                    if self.reported.len() < MAX_REPORTED && self.reported.insert((peer, offence)) {
+                    // One line per offender and offence per minute; the counts go to status.json.
+                    if let Some(suppressed) =
+                        self.reported.check(peer, offence.as_str(), Instant::now())
+                    {
                         let id = libp2p_id.map(|p| p.to_string()).unwrap_or_default();
-                        tracing::warn!(peer = %id, %offence, %detail, "peer misbehaved");
+                        tracing::warn!(peer = %id, %offence, %detail, suppressed, "peer misbehaved");
                     }
                     if let Some(p) = libp2p_id {
                         self.net.penalize(p, offence.as_str()).await;
@@ -141,7 +143,7 @@ impl<N: super::Network> Loop<N> {
         let budget = Duration::from_millis(deadline.saturating_sub(self.now()));
         let holders = sources.len();
         self.fetches.start(hash, async move {
-            let began = std::time::Instant::now();
+            let began = Instant::now();
             let fetch = net.fetch(BlobHash(hash.0), sources, max_len);
             match tokio::time::timeout(budget, fetch).await {
                 Ok(Ok(bytes)) => {

@@ -1,11 +1,13 @@
 //! What the node's event loop does with its inputs: reports of the training thread and
 //! events of the network (announcements into the protocol core, peers joining, abuse).
 
+use std::time::Instant;
+
 use atoll_net::NetEvent;
 use atoll_net::{BlobHash, RejectReason};
 
 use super::worker::FromWorker;
-use super::{proto_peer, wire, Loop, MAX_REPORTED};
+use super::{proto_peer, wire, Loop};
 use crate::manifest::{Manifest, RunId};
 use crate::peer::PeerEvent;
 use crate::proto::{Event, Offence, PeerId};
@@ -85,9 +87,11 @@ impl<N: super::Network> Loop<N> {
                     }
                     Ok((run, _)) => self.on_foreign(sender, run),
                     Err(e) => {
-                        let key = (proto_peer(&sender), Offence::BadPayload);
-                        if self.reported.len() < MAX_REPORTED && self.reported.insert(key) {
-                            tracing::warn!(peer = %sender, error = %e, "malformed protocol message");
+                        let offence = Offence::BadPayload.as_str();
+                        if let Some(suppressed) =
+                            self.reported.check(proto_peer(&sender), offence, Instant::now())
+                        {
+                            tracing::warn!(peer = %sender, error = %e, suppressed, "malformed protocol message");
                         }
                         self.net.report(sender, RejectReason::Malformed).await;
                     }

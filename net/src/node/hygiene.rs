@@ -1,5 +1,5 @@
 //! Network hygiene on the swarm task: strikes, bans, the combined block list, the
-//! per-source announcement rate limit and the per-author heartbeat rate limit. See
+//! per-source and per-author gossip rate limits and the per-author heartbeat rate limit. See
 //! [`crate::bans`] for the policy.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -18,6 +18,13 @@ use crate::heartbeat::{HEARTBEAT_BURST, HEARTBEAT_RATE};
 pub const ANNOUNCE_BURST: f64 = 256.0;
 /// Announcements per second accepted from one propagation source, sustained.
 pub const ANNOUNCE_RATE: f64 = 128.0;
+/// Gossip messages accepted from one signed author in a burst, whoever forwards them.
+pub const AUTHOR_BURST: f64 = 128.0;
+/// Gossip messages per second accepted from one signed author, sustained: half of a
+/// forwarder's, which carries many authors. An honest peer of the test suite's fastest
+/// runs (6 tiny-model peers on 2 cores, `tests/sampled_swarm.rs`) merges about 20 rounds
+/// and publishes about 10 deltas a second, each with an announcement.
+pub const AUTHOR_RATE: f64 = 64.0;
 /// Most sources with a token bucket (above the 512 connections a node accepts).
 pub const MAX_BUCKETS: usize = 1024;
 
@@ -34,6 +41,9 @@ pub(crate) struct Hygiene {
     ban_file: Option<PathBuf>,
     /// Gossip messages per propagation source.
     announcements: RateBuckets,
+    /// Gossip messages per signed author: one author flooding through many forwarders
+    /// stays within one author's budget.
+    authors: RateBuckets,
     /// Heartbeats per signed author.
     heartbeats: RateBuckets,
 }
@@ -106,6 +116,12 @@ impl Hygiene {
         self.announcements.admit(source, now)
     }
 
+    /// Token bucket per signed author (unsigned messages share the forwarder's budget
+    /// only): true if one more gossip message of `author` fits.
+    pub(crate) fn admit_author(&mut self, author: Option<PeerId>, now: Instant) -> bool {
+        author.is_none_or(|a| self.authors.admit(a, now))
+    }
+
     /// Token bucket per signed author: true if one more heartbeat fits.
     pub(crate) fn admit_heartbeat(&mut self, author: PeerId, now: Instant) -> bool {
         self.heartbeats.admit(author, now)
@@ -125,6 +141,7 @@ impl Default for Hygiene {
             fault_blocked: HashSet::new(),
             ban_file: None,
             announcements: RateBuckets::new(ANNOUNCE_BURST, ANNOUNCE_RATE),
+            authors: RateBuckets::new(AUTHOR_BURST, AUTHOR_RATE),
             heartbeats: RateBuckets::new(HEARTBEAT_BURST, HEARTBEAT_RATE),
         }
     }
@@ -228,6 +245,36 @@ mod tests {
         let t1 = t0 + Duration::from_secs(1);
         let admitted = (0..1000).filter(|_| h.admit_announcement(a, t1)).count();
         assert_eq!(admitted, ANNOUNCE_RATE as usize);
+    }
+
+    #[test]
+    fn one_author_through_many_forwarders_has_one_budget() {
+        let mut h = Hygiene::default();
+        let author = PeerId::random();
+        let forwarders: Vec<PeerId> = (0..8).map(|_| PeerId::random()).collect();
+        let t0 = Instant::now();
+        // 8 forwarders each pass 100 of the author's messages: well under their own
+        // budgets, 800 in all, but only the author's burst gets through.
+        let admitted = (0..800)
+            .filter(|i| {
+                let f = forwarders[i % forwarders.len()];
+                h.admit_announcement(f, t0) && h.admit_author(Some(author), t0)
+            })
+            .count();
+        assert_eq!(admitted, AUTHOR_BURST as usize);
+        // A second later, the sustained rate.
+        let t1 = t0 + Duration::from_secs(1);
+        let admitted = (0..100).filter(|_| h.admit_author(Some(author), t1)).count();
+        assert_eq!(admitted, AUTHOR_RATE as usize);
+        // Another author, through the same forwarders, has its own budget.
+        assert!(h.admit_author(Some(PeerId::random()), t1));
+        assert!(h.admit_author(None, t1), "unsigned: the forwarder's budget only");
+        // An honest author at twice the suite's fastest rate never runs dry.
+        let honest = PeerId::random();
+        for i in 1..=1000u32 {
+            let t = t0 + Duration::from_millis(17) * i;
+            assert!(h.admit_author(Some(honest), t), "honest message {i} refused");
+        }
     }
 
     #[test]

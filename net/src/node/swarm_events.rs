@@ -234,6 +234,21 @@ impl EventLoop {
                     );
                     return;
                 }
+                // The same for one signed author, however many forwarders carry it.
+                if !self.hygiene.admit_author(message.source, Instant::now()) {
+                    let author = message.source.map(|a| a.to_string()).unwrap_or_default();
+                    self.peers.reject(
+                        author,
+                        RejectReason::RateLimited,
+                        "gossip over the per-author rate limit",
+                    );
+                    self.swarm.behaviour_mut().gossipsub.report_message_validation_result(
+                        &message_id,
+                        &propagation_source,
+                        gossipsub::MessageAcceptance::Ignore,
+                    );
+                    return;
+                }
                 if message.topic == self.heartbeats.hash() {
                     let verdict =
                         self.on_heartbeat(propagation_source, message.source, &message.data);
