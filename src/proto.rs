@@ -83,7 +83,10 @@ mod settings;
 pub mod state;
 
 pub use self::core::{ProtoError, Protocol, MAX_IN_FLIGHT, MAX_PEERS};
-pub use io::{ApplyAnchor, Contribution, Event, MergeReport, Metrics, Offence, Output, Timer};
+pub use io::{
+    ApplyAnchor, Contribution, Event, MergeReport, Metrics, Offence, Output, Timer,
+    MAX_REFUSED_FROM,
+};
 pub use merge::consensus_distance;
 pub use message::{
     decode_message, encode_message, ContributionAnnounce, Message, MessageError, PeerId, Recipe,

@@ -163,6 +163,7 @@ fn human(s: &StatusFile) -> String {
                 t.period, t.banked, t.unsent
             );
         }
+        out += &refused(t);
         for (p, h) in t.anchor_hashes.iter().enumerate() {
             out += &format!("anchor   {p}: {h}\n");
         }
@@ -172,6 +173,22 @@ fn human(s: &StatusFile) -> String {
     }
     out += &format!("uptime   {} s\n", st.uptime_secs);
     out
+}
+
+/// What the peer refused, by cause, and the peers most refusals were owed to; empty when
+/// it refused nothing.
+fn refused(t: &atoll::rundir::status::TrainingStatus) -> String {
+    let causes: Vec<String> =
+        t.refusals.iter().filter(|(_, n)| **n > 0).map(|(k, n)| format!("{k} {n}")).collect();
+    if causes.is_empty() {
+        return String::new();
+    }
+    let mut from: Vec<(&String, &u64)> = t.refused_from.iter().collect();
+    from.sort_by_key(|&(p, n)| (std::cmp::Reverse(*n), p));
+    let from: Vec<String> = from.iter().take(3).map(|(p, n)| format!("{p} ({n})")).collect();
+    let from =
+        if from.is_empty() { String::new() } else { format!("; most from {}", from.join(", ")) };
+    format!("refused  {}{from}\n", causes.join(", "))
 }
 
 pub fn bytes(n: u64) -> String {
@@ -201,5 +218,26 @@ mod tests {
         assert!(text.contains("sampled  period [1, 4] (12 snapshots banked, 3 unsent)"), "{text}");
         // A peer contributing every round is not told about sampling.
         assert!(!human(&status(vec![1, 1])).contains("sampled"));
+    }
+
+    #[test]
+    fn refusals_name_the_peers_they_were_owed_to() {
+        let mut s = status(vec![1]);
+        assert!(!human(&s).contains("refused"), "nothing refused, nothing said");
+        let t = s.training.as_mut().unwrap();
+        t.refusals = [("disagreed", 5), ("fetch_failed", 2), ("off_slot", 0)]
+            .map(|(k, n)| (k.to_owned(), n))
+            .into();
+        t.refused_from = [("12D3KooWa", 1), ("12D3KooWb", 4), ("00000000000000c7", 2)]
+            .map(|(k, n)| (k.to_owned(), n))
+            .into();
+        let text = human(&s);
+        assert!(
+            text.contains(
+                "refused  disagreed 5, fetch_failed 2; most from 12D3KooWb (4), \
+                 00000000000000c7 (2), 12D3KooWa (1)"
+            ),
+            "{text}"
+        );
     }
 }

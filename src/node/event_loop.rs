@@ -13,7 +13,7 @@ use super::worker::{FromWorker, ToWorker};
 use super::{Loop, Network, NodeError, NodeReport, STATUS_PERIOD};
 use crate::peer::PeerEvent;
 use crate::proto::{Event, Millis};
-use crate::rundir::status;
+use crate::rundir::{ledger, status};
 
 impl<N: Network> Loop<N> {
     pub(super) fn now(&self) -> Millis {
@@ -116,6 +116,9 @@ impl<N: Network> Loop<N> {
         self.status.anchor_hashes = (0..p).map(|i| proto.state_hash(i).to_string()).collect();
         let m = proto.metrics();
         self.status.refusals = m.refusals().iter().map(|&(k, n)| (k.to_owned(), n)).collect();
+        let name = |p| self.peers.get(&p).map_or_else(|| ledger::peer_hex(p), |id| id.to_string());
+        self.status.refused_from =
+            m.most_refused(8).into_iter().map(|(p, n)| (name(p), n)).collect();
         self.status.nonfinite_dropped = m.nonfinite_dropped;
         self.status.payload_bytes =
             m.payload_bytes().iter().map(|&(k, n)| (k.to_owned(), n)).collect();

@@ -158,6 +158,7 @@ impl Protocol {
                 }
                 lane.votes.discredit(from);
                 self.metrics.forged_states += 1;
+                self.metrics.refused(from);
                 return self.reject(from, hash, Offence::ForgedState, detail, out);
             }
             // Nothing to check it against, and no lineage of our own to weigh it against
@@ -166,6 +167,7 @@ impl Protocol {
             // or two halves of a swarm split into many states would never join again.
             Evidence::Unverifiable if joining && !lane.votes.backed(voted_round, hash) => {
                 self.metrics.unbacked_states += 1;
+                self.metrics.refused(from);
                 let until = now.saturating_add(self.settings.period_ms());
                 self.block(hash, until);
                 return;

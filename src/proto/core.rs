@@ -175,7 +175,12 @@ impl Protocol {
             Event::Fetched { from, hash, bytes } => {
                 self.on_fetched(from, hash, bytes, now, &mut out)
             }
-            Event::FetchFailed { hash, .. } => self.give_up(hash, now),
+            Event::FetchFailed { from, hash } => {
+                if self.in_flight.contains_key(&hash) {
+                    self.metrics.refused(from);
+                }
+                self.give_up(hash, now)
+            }
         }
         out
     }

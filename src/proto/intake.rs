@@ -99,6 +99,7 @@ impl Protocol {
         // peer on another state may see other slots.)
         if !lane.state.sampling.in_slot(from, p, c.round) {
             self.metrics.off_slot += 1;
+            self.metrics.refused(from);
             return;
         }
         // One contribution per author per fragment round: the first announced wins.

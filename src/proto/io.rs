@@ -184,9 +184,18 @@ impl std::fmt::Display for Offence {
     }
 }
 
+/// Most peers whose refusals are counted by name ([`Metrics::refused_from`]).
+pub const MAX_REFUSED_FROM: usize = 64;
+
 /// Counters on the hot paths.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Metrics {
+    /// Refusals by the peer they are owed to (the author of a delta merged with no weight
+    /// or announced off its slot, the source of a state refuted or left unbacked, the
+    /// holder that did not serve in time): at most [`MAX_REFUSED_FROM`] peers, the least
+    /// refused making room for a new one, so one rotating its ids cannot push out a peer
+    /// refused again and again.
+    pub refused_from: std::collections::BTreeMap<PeerId, u64>,
     pub published: u64,
     pub published_bytes: u64,
     /// Snapshots outside this peer's slot whose work went into the residual instead of a
@@ -224,6 +233,26 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// Counts one refusal owed to `peer` (see [`Metrics::refused_from`]).
+    pub fn refused(&mut self, peer: PeerId) {
+        let map = &mut self.refused_from;
+        if map.len() >= MAX_REFUSED_FROM && !map.contains_key(&peer) {
+            // The least refused goes (ties: the smallest id), whatever order they came in.
+            if let Some(least) = map.iter().min_by_key(|(p, n)| (**n, **p)).map(|(p, _)| *p) {
+                map.remove(&least);
+            }
+        }
+        *map.entry(peer).or_default() += 1;
+    }
+
+    /// The `n` most refused peers, most first (ties: the smallest id).
+    pub fn most_refused(&self, n: usize) -> Vec<(PeerId, u64)> {
+        let mut v: Vec<(PeerId, u64)> = self.refused_from.iter().map(|(p, c)| (*p, *c)).collect();
+        v.sort_by_key(|&(p, c)| (std::cmp::Reverse(c), p));
+        v.truncate(n);
+        v
+    }
+
     /// Payload bytes by kind, for operators: where a peer's traffic goes (its own deltas,
     /// the others' deltas, whole states when its merge set differed from the swarm's).
     pub fn payload_bytes(&self) -> [(&'static str, u64); 3] {

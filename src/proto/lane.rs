@@ -242,6 +242,7 @@ impl Lane {
                     self.votes.credit(h.origin, h.round);
                 } else {
                     m.disagreed += 1;
+                    m.refused(h.origin);
                 }
             }
         }

@@ -321,6 +321,25 @@ fn a_delta_given_up_is_not_fetched_again_when_re_announced() {
     }
     assert_eq!(p.metrics().fetches, 1);
     assert_eq!(p.metrics().fetch_failures, 1);
+    assert_eq!(p.metrics().refused_from.get(&PeerId(7)), Some(&1), "the holder is named");
+}
+
+/// The peers refusals are owed to are bounded, and one that keeps being refused stays
+/// named however many fresh ids come and go.
+#[test]
+fn refusals_by_peer_are_bounded_and_keep_the_repeat_offender() {
+    let mut m = Metrics::default();
+    for _ in 0..5 {
+        m.refused(PeerId(1));
+    }
+    for id in 100..100 + 10 * MAX_REFUSED_FROM as u64 {
+        m.refused(PeerId(id));
+    }
+    assert_eq!(m.refused_from.len(), MAX_REFUSED_FROM);
+    assert_eq!(m.most_refused(1), vec![(PeerId(1), 5)]);
+    m.refused(PeerId(2));
+    m.refused(PeerId(2));
+    assert_eq!(m.most_refused(2), vec![(PeerId(1), 5), (PeerId(2), 2)]);
 }
 
 #[test]

@@ -65,6 +65,11 @@ pub struct TrainingStatus {
     /// stalling, flooding or forging peer shows (`proto::Metrics::refusals`).
     #[serde(default)]
     pub refusals: std::collections::BTreeMap<String, u64>,
+    /// The peers most refusals were owed to (at most 8, by libp2p id, or by the
+    /// protocol's short id for a peer never connected), with their counts: who is
+    /// stalling, forging or pulling against the swarm (`proto::Metrics::refused_from`).
+    #[serde(default)]
+    pub refused_from: std::collections::BTreeMap<String, u64>,
     /// Payload bytes by kind (`delta_published`: this peer's own deltas, once each;
     /// `delta_fetched`, `state_fetched`: what it downloaded and verified). The network's
     /// per-protocol totals, retransfers and serving included, are in `stats`.

@@ -29,6 +29,10 @@ fn only_agreeing_work_earns_a_vote() {
     assert_eq!(report.contributions.len(), 4);
     assert_eq!(votes(&p), vec![true, false, false]);
     assert_eq!(p.metrics().disagreed, 2);
+    // Operators see who they were.
+    let owed: Vec<(u64, u64)> =
+        p.metrics().refused_from.iter().map(|(peer, n)| (peer.0, *n)).collect();
+    assert_eq!(owed, vec![(3, 1), (4, 1)]);
     let weighed: Vec<(u64, f64)> =
         report.contributions.iter().map(|c| (c.origin.0, c.agreement)).collect();
     assert!(weighed.contains(&(3, 0.0)) && weighed.contains(&(4, 0.0)), "{weighed:?}");

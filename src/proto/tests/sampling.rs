@@ -100,6 +100,7 @@ fn an_announcement_outside_its_author_s_slot_is_not_fetched() {
     let out =
         p.handle(Event::Message { from: PeerId(outside), msg: Message::Contribution(c) }, 2000);
     assert_eq!((fetches(&out), p.metrics().off_slot), (0, 1));
+    assert_eq!(p.metrics().refused_from.get(&PeerId(outside)), Some(&1));
     // Not an offence: a peer on another state may see other slots.
     assert!(!out.iter().any(|o| matches!(o, Output::Misbehaved { .. })));
     let (c, _) = delta_by(inside, round, 0.1);
