@@ -41,6 +41,11 @@ enum Mode {
     /// by itself, its own id in the header, an honest delta's legal claims, and values of
     /// −10× that honest delta. Weighed by agreement, it pulls nothing.
     AuthorBound,
+    /// Also no provable offence: once it holds two honest deltas of a fragment round, the
+    /// negated sum of their directions, scaled to 1.9× their mean norm (issue 21's
+    /// "direction" attack). Run instead of `AuthorBound` with `HOSTILE_ATTACK=direction`
+    /// (a measurement; the suite runs `AuthorBound`).
+    Direction,
 }
 
 /// What one swarm run ended with.
@@ -79,7 +84,11 @@ fn one_hostile_peer_cannot_crash_steer_or_take_over_a_swarm() {
     assert!(attacked.peak_rss_kib < MAX_RSS_KIB, "peak RSS {} KiB", attacked.peak_rss_kib);
     // The careful attacker: nothing to ban, its poison merged with no weight (−10× deltas
     // cost a swarm +54% before agreement weights; SECURITY.md).
-    let careful = run(&tmp.path().join("author-bound"), Some(Mode::AuthorBound));
+    let careful_mode = match std::env::var("HOSTILE_ATTACK").as_deref() {
+        Ok("direction") => Mode::Direction,
+        _ => Mode::AuthorBound,
+    };
+    let careful = run(&tmp.path().join("author-bound"), Some(careful_mode));
     let a = mean(&careful.val_bpb);
     let zero = careful.attacker_agreement.iter().filter(|&&x| x == 0.0).count();
     let merged = careful.attacker_agreement.len();
@@ -188,6 +197,7 @@ fn attacker(
             numel: HashMap::new(),
             mode,
             sent: HashSet::new(),
+            seen: HashMap::new(),
         };
         while !stop.load(Ordering::Relaxed) {
             let ev = tokio::time::timeout(Duration::from_millis(200), node.events.recv()).await;
@@ -220,6 +230,8 @@ struct Attack {
     mode: Mode,
     /// `(fragment, round)` of the author-bound deltas sent (one each: no equivocation).
     sent: HashSet<(u32, u64)>,
+    /// Honest deltas held per `(fragment, round)` by the direction attack.
+    seen: HashMap<(u32, u64), Vec<Vec<f32>>>,
 }
 
 impl Attack {
@@ -253,14 +265,46 @@ impl Attack {
     }
 
     /// The author-bound attack: −10× the first honest delta of each fragment and round,
-    /// under its own name with that delta's claims.
+    /// under its own name with that delta's claims. `HOSTILE_SCALE` sets another factor
+    /// for a measurement (e.g. −1: bench/RESULTS.md, "Influence by agreement").
     async fn author_bound(&mut self, author: atoll_net::PeerId, c: ContributionAnnounce) {
         if !self.sent.insert((c.fragment, c.round)) {
             return;
         }
         let Ok(bytes) = self.client.fetch_blob(BlobHash(c.hash.0), &[author]).await else { return };
         let Some(values) = decode_any(&bytes, c.fragment) else { return };
-        let poison: Vec<f32> = values.iter().map(|v| -10.0 * v).collect();
+        let scale: f32 =
+            std::env::var("HOSTILE_SCALE").ok().and_then(|s| s.parse().ok()).unwrap_or(-10.0);
+        let poison: Vec<f32> = values.iter().map(|v| scale * v).collect();
+        self.announce(&c, &poison, c.tokens, c.steps, Codec::Q4).await;
+    }
+
+    /// The direction attack (see [`Mode::Direction`]).
+    async fn direction(&mut self, author: atoll_net::PeerId, c: ContributionAnnounce) {
+        let key = (c.fragment, c.round);
+        if self.sent.contains(&key) {
+            return;
+        }
+        let Ok(bytes) = self.client.fetch_blob(BlobHash(c.hash.0), &[author]).await else { return };
+        let Some(values) = decode_any(&bytes, c.fragment) else { return };
+        let held = self.seen.entry(key).or_default();
+        held.push(values);
+        if held.len() < 2 {
+            return;
+        }
+        let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        let norms: Vec<f32> = held.iter().map(|v| norm(v)).collect();
+        let mut aim = vec![0f32; held[0].len()];
+        for (v, n) in held.iter().zip(&norms) {
+            for (a, x) in aim.iter_mut().zip(v) {
+                *a -= if *n > 0.0 { x / n } else { 0.0 };
+            }
+        }
+        let target = 1.9 * norms.iter().sum::<f32>() / norms.len() as f32;
+        let k = if norm(&aim) > 0.0 { target / norm(&aim) } else { 0.0 };
+        let poison: Vec<f32> = aim.iter().map(|a| a * k).collect();
+        self.seen.remove(&key);
+        self.sent.insert(key);
         self.announce(&c, &poison, c.tokens, c.steps, Codec::Q4).await;
     }
 
@@ -268,6 +312,9 @@ impl Attack {
     async fn on_delta(&mut self, author: atoll_net::PeerId, c: ContributionAnnounce) {
         if self.mode == Mode::AuthorBound {
             return self.author_bound(author, c).await;
+        }
+        if self.mode == Mode::Direction {
+            return self.direction(author, c).await;
         }
         // 7 first: two different deltas of its own for the round, sent before any fetch,
         // so they are fresh even when this process lags behind the swarm.

@@ -328,7 +328,7 @@ impl Lane {
         self.held_bytes -= freed;
         self.claims.retain(|(_, r), _| !w.stale(*r, round));
         self.equivocators.retain(|(_, r)| !w.stale(*r, round));
-        self.votes.prune(round.saturating_sub(w.log_rounds()));
+        self.votes.prune(round.saturating_sub(w.log_rounds()), self.state.sampling.period);
         self.recipes.retain(|_, (r, _)| r.saturating_add(w.log_rounds()) >= round);
     }
 

@@ -11,6 +11,14 @@
 //! (verified work), and this peer itself. Votes of others are kept (bounded)
 //! and count as soon as their voter is credited. A voter caught vouching for a forged
 //! state (src/proto/evidence.rs) loses its credit for good.
+//!
+//! Credit is earned again and again or it lapses: a voter counts while its latest credited
+//! round is within [`Votes::lapse`] rounds of the newest credit anyone earned here. One
+//! agreeing copy of honest work no longer buys a vote for the rest of the run; an identity
+//! must keep contributing work that goes its rounds' way. The reference is the newest
+//! credit, not the clock: in a swarm that stopped training nobody earns credit, so nobody's
+//! lapses and its peers still reconcile; after a partition heals, each side's credits are
+//! as recent as its rounds. A lapsed credit also makes room when the map is full.
 
 use super::fasthash::{FastMap, FastSet};
 use super::PeerId;
@@ -30,7 +38,16 @@ pub struct Votes {
     max_round: u64,
     /// Voters that vouched for a forged state: never credited again (bounded).
     discredited: FastSet<PeerId>,
+    /// The newest round anyone was credited for.
+    newest_credit: u64,
+    /// Rounds a credit lasts behind the newest one.
+    lapse: u64,
 }
+
+/// Rounds a credit lasts behind the newest credit, at period 1: long enough for a peer that
+/// contributes every few rounds (a slow one, or one whose deltas a few rounds disagreed),
+/// short against a run (the default demo merges over 120 rounds per fragment).
+pub const CREDIT_LAPSE: u64 = 64;
 
 /// The winning state of a round.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,12 +69,25 @@ impl Votes {
             capacity,
             max_round: 0,
             discredited: FastSet::default(),
+            newest_credit: 0,
+            lapse: CREDIT_LAPSE,
         }
     }
 
-    /// Whether `peer`'s votes count.
+    /// Whether `peer`'s votes count: ours always, others' while their credit is current.
     pub fn counts(&self, peer: &PeerId) -> bool {
-        *peer == self.me || self.credits.contains_key(peer)
+        *peer == self.me || self.credits.get(peer).is_some_and(|&r| self.current(r))
+    }
+
+    /// Whether a credit earned for `round` still counts.
+    fn current(&self, round: u64) -> bool {
+        round.saturating_add(self.lapse) >= self.newest_credit
+    }
+
+    /// Rounds a credit lasts behind the newest: [`CREDIT_LAPSE`] plus four periods (a
+    /// sampled peer contributes once per `period` rounds).
+    pub fn lapse(&self) -> u64 {
+        self.lapse
     }
 
     /// `peer` made a contribution for `round` that this peer verified and accepted.
@@ -65,19 +95,20 @@ impl Votes {
         if self.discredited.contains(&peer) {
             return;
         }
-        let full = self.credits.len() >= self.capacity;
-        match self.credits.entry(peer) {
-            std::collections::hash_map::Entry::Occupied(mut e) => {
-                let r = e.get_mut();
-                *r = (*r).max(round);
-            }
-            std::collections::hash_map::Entry::Vacant(e) => {
-                if full {
-                    return;
+        self.newest_credit = self.newest_credit.max(round);
+        if self.credits.len() >= self.capacity && !self.credits.contains_key(&peer) {
+            // Full: the stalest credit makes room if it has lapsed (ties: the smallest id,
+            // so every peer evicts alike), else the newcomer waits.
+            let stalest = self.credits.iter().map(|(p, r)| (*r, *p)).min();
+            match stalest {
+                Some((r, p)) if !self.current(r) => {
+                    self.credits.remove(&p);
                 }
-                e.insert(round);
+                _ => return,
             }
         }
+        let r = self.credits.entry(peer).or_insert(round);
+        *r = (*r).max(round);
         if let Some((r, _)) = self.latest.get(&peer) {
             self.max_round = self.max_round.max(*r);
         }
@@ -137,11 +168,10 @@ impl Votes {
         self.max_round
     }
 
-    /// Forgets peers whose latest announcement is older than `oldest` (gone or stuck).
-    /// Credits do not lapse (the map is bounded): a credit costs a Sybil one well-formed
-    /// delta either way, and lapsing credits left peers of a healed partition or a stopped
-    /// swarm unable to reconcile.
-    pub fn prune(&mut self, oldest: u64) {
+    /// Forgets peers whose latest announcement is older than `oldest` (gone or stuck), and
+    /// sets how long a credit lasts for a fragment contributed to once per `period` rounds.
+    pub fn prune(&mut self, oldest: u64, period: u32) {
+        self.lapse = CREDIT_LAPSE.saturating_add(4 * u64::from(period));
         self.latest.retain(|_, (r, _)| *r >= oldest);
         self.max_round = self.counted().map(|(_, (r, _))| *r).max().unwrap_or(0);
     }
@@ -211,7 +241,7 @@ mod tests {
         assert_eq!(v.leader(5).unwrap().hash, a);
         assert_eq!(v.latest_round(100), Some(6));
         assert_eq!(v.latest_round(5), Some(5));
-        v.prune(6);
+        v.prune(6, 1);
         assert!(v.leader(5).is_none());
     }
 
@@ -223,6 +253,54 @@ mod tests {
             v.record(PeerId(i), 1, ContentHash([0; 32]));
         }
         assert_eq!(v.leader(1).unwrap().voters, 2);
+    }
+
+    /// Credit is earned again or it lapses: a voter credited once and never again stops
+    /// counting once others have earned credit `lapse` rounds newer; earning again
+    /// restores it. Where nobody earns (a stopped swarm), nobody lapses.
+    #[test]
+    fn a_credit_not_earned_again_lapses() {
+        let a = ContentHash([1; 32]);
+        let mut v = Votes::new(PeerId(0), 100);
+        v.prune(0, 1);
+        let lapse = v.lapse();
+        assert_eq!(lapse, CREDIT_LAPSE + 4);
+        v.credit(PeerId(1), 3);
+        v.credit(PeerId(2), 3);
+        // Rounds go by with votes and no new credit: both still count.
+        v.record(PeerId(1), 3 + 10 * lapse, a);
+        v.record(PeerId(2), 3 + 10 * lapse, a);
+        assert_eq!(v.leader(3 + 10 * lapse).unwrap().voters, 2, "a stopped swarm lapsed");
+        // Peer 2 keeps contributing; peer 1 does not.
+        v.credit(PeerId(2), 3 + lapse);
+        assert!(v.counts(&PeerId(1)), "lapse rounds behind the newest: still current");
+        v.credit(PeerId(2), 4 + lapse);
+        assert!(!v.counts(&PeerId(1)) && v.counts(&PeerId(2)));
+        assert_eq!(v.leader(3 + 10 * lapse).unwrap().holders, vec![PeerId(2)]);
+        // Work again, a vote again.
+        v.credit(PeerId(1), 5 + lapse);
+        assert!(v.counts(&PeerId(1)));
+        // A longer period lengthens the lapse: a sampled peer contributes once a period.
+        v.prune(0, 16);
+        assert_eq!(v.lapse(), CREDIT_LAPSE + 64);
+    }
+
+    /// A full map of lapsed credits (Sybils that earned once and went idle) makes room
+    /// for a peer that works now; a full map of current credits does not.
+    #[test]
+    fn lapsed_credits_make_room_for_new_work() {
+        let mut v = Votes::new(PeerId(0), 4);
+        for i in 10..14 {
+            v.credit(PeerId(i), 1);
+        }
+        v.credit(PeerId(20), 2);
+        assert!(!v.counts(&PeerId(20)), "full of current credits: the newcomer waits");
+        let late = 2 + v.lapse();
+        v.credit(PeerId(21), late);
+        assert!(v.counts(&PeerId(21)), "a lapsed credit made room");
+        assert_eq!(v.credits.len(), 4);
+        // The one evicted is the stalest, smallest id first: every peer evicts alike.
+        assert!(!v.credits.contains_key(&PeerId(10)));
     }
 
     #[test]
@@ -242,7 +320,7 @@ mod tests {
         assert_eq!(v.max_round(), 9);
         assert_eq!(v.leader(9).unwrap().holders, vec![PeerId(100)]);
         // Pruning forgets old votes, not credits.
-        v.prune(0);
+        v.prune(0, 1);
         assert_eq!(v.max_round(), 9);
     }
 }
