@@ -41,7 +41,8 @@ pub const PING_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Connections to one peer (two simultaneous dials plus one spare).
 pub const MAX_CONNECTIONS_PER_PEER: u32 = 3;
-/// Incoming connections still in their handshake.
+/// Incoming connections still in their handshake; half of them are kept for networks with
+/// none in progress ([`crate::iplimit`]).
 pub const MAX_PENDING_INCOMING: u32 = 64;
 /// Established connections in all.
 pub const MAX_CONNECTIONS: u32 = 512;
@@ -85,7 +86,11 @@ impl Behaviour {
         let peer_id = key.public().to_peer_id();
         Ok(Behaviour {
             blocked: allow_block_list::Behaviour::default(),
-            ip_limits: IpLimits::new(cfg.max_connections_per_ip, cfg.exempt_loopback),
+            ip_limits: IpLimits::new(
+                cfg.max_connections_per_ip,
+                cfg.exempt_loopback,
+                MAX_PENDING_INCOMING,
+            ),
             limits: connection_limits::Behaviour::new(
                 connection_limits::ConnectionLimits::default()
                     .with_max_established_per_peer(Some(MAX_CONNECTIONS_PER_PEER))

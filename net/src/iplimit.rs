@@ -9,8 +9,16 @@
 //! handshakes in progress, or when its network already has [`NET_FACTOR`] times that.
 //! A host is an IPv4 address or an IPv6 /64 (one subscriber's usual allocation, so that
 //! one machine cannot take a fresh address per connection); a network is an IPv4 /24 or
-//! an IPv6 /48. So filling the 64 pending slots takes two /24s or /48s, not 8 addresses
-//! or one /64. Outbound connections are ours to choose and are not counted.
+//! an IPv6 /48. Outbound connections are ours to choose and are not counted.
+//!
+//! Half of the pending slots are kept for networks with no handshake in progress: once
+//! half of them are taken, a network that has one gets no more until the count falls
+//! back. A silent socket holds a pending slot for up to the upgrade timeout (10 s), and a
+//! reconnect flood takes every freed slot again within a millisecond: without the reserve,
+//! 16 addresses in 16 /24s (8 addresses in two would do) kept a newcomer out for 20 s and
+//! more (`tests/swarm/accept_flood.rs`). With it, no more than half the table is held plus
+//! one slot per network that holds any: filling the 64 slots takes 32 networks, and 16
+//! addresses leave 16 free.
 //!
 //! Loopback is exempt when asked ([`crate::NetConfig::exempt_loopback`], the default):
 //! local swarms and tests run many peers on 127.0.0.1. Denials surface as
@@ -35,6 +43,9 @@ use libp2p::{Multiaddr, PeerId};
 pub const DEFAULT_MAX_CONNECTIONS_PER_IP: u32 = 8;
 /// A network may hold this many times a host's cap.
 pub const NET_FACTOR: u32 = 4;
+/// Once this fraction (1/n) of the pending slots is taken, only networks with nothing
+/// pending are admitted.
+pub const PENDING_RESERVE_DIVISOR: u32 = 2;
 
 /// Why an inbound connection was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -45,7 +56,8 @@ pub struct IpLimitExceeded {
     pub limit: u32,
     /// "established" or "pending".
     pub what: &'static str,
-    /// "host" (IPv4 address, IPv6 /64) or "network" (IPv4 /24, IPv6 /48).
+    /// "host" (IPv4 address, IPv6 /64) or "network" (IPv4 /24, IPv6 /48), or the network
+    /// while the pending slots are half taken.
     pub scope: &'static str,
 }
 
@@ -81,6 +93,9 @@ type Counts = HashMap<IpAddr, (u32, u32)>;
 pub struct IpLimits {
     max_per_ip: u32,
     exempt_loopback: bool,
+    /// The swarm's cap of pending inbound connections, half of which is kept for networks
+    /// with nothing pending.
+    max_pending: u32,
     pending: HashMap<ConnectionId, Source>,
     established: HashMap<ConnectionId, Source>,
     /// Connections per host and per network, pending and established, for O(1) checks.
@@ -89,10 +104,12 @@ pub struct IpLimits {
 }
 
 impl IpLimits {
-    pub fn new(max_per_ip: u32, exempt_loopback: bool) -> Self {
+    /// `max_pending`: the swarm's cap of pending inbound connections (see the module docs).
+    pub fn new(max_per_ip: u32, exempt_loopback: bool, max_pending: u32) -> Self {
         IpLimits {
             max_per_ip,
             exempt_loopback,
+            max_pending,
             pending: HashMap::new(),
             established: HashMap::new(),
             hosts: HashMap::new(),
@@ -129,6 +146,12 @@ impl IpLimits {
             if count >= limit {
                 return Err(IpLimitExceeded { ip: src.ip, count, limit, what, scope });
             }
+        }
+        let reserved = self.pending.len() as u32 >= self.max_pending / PENDING_RESERVE_DIVISOR;
+        let net_pending = self.nets.get(&src.net).map_or(0, |c| c.0);
+        if !established && reserved && net_pending > 0 {
+            let scope = "network while half the pending slots are taken";
+            return Err(IpLimitExceeded { ip: src.ip, count: net_pending, limit: 1, what, scope });
         }
         for (counts, key) in [(&mut self.hosts, src.host), (&mut self.nets, src.net)] {
             let c = counts.entry(key).or_default();
@@ -246,8 +269,11 @@ mod tests {
 
     /// Pending connections admitted from `addrs` in turn, each with a fresh id.
     fn admitted(l: &mut IpLimits, addrs: &[Multiaddr]) -> usize {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1000);
         let local = addr("10.0.0.1");
-        let ids = (1000..).map(ConnectionId::new_unchecked);
+        let ids = std::iter::repeat_with(|| {
+            ConnectionId::new_unchecked(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+        });
         addrs
             .iter()
             .zip(ids)
@@ -259,7 +285,7 @@ mod tests {
     /// host's cap; other networks are not affected.
     #[test]
     fn caps_networks_and_ipv6_hosts() {
-        let mut l = IpLimits::new(2, true);
+        let mut l = IpLimits::new(2, true, 64);
         let one_24: Vec<Multiaddr> = (2..40).map(|i| addr(&format!("10.1.2.{i}"))).collect();
         assert_eq!(admitted(&mut l, &one_24), 2 * NET_FACTOR as usize, "per /24");
         assert_eq!(admitted(&mut l, &[addr("10.1.3.2")]), 1, "the next /24 is its own");
@@ -271,9 +297,29 @@ mod tests {
         assert_eq!(admitted(&mut l, &one_48), 2 * NET_FACTOR as usize - 2, "per /48");
     }
 
+    /// Once half the pending slots are taken, only networks with nothing pending get one:
+    /// 16 hosts in 16 /24s hold at most 32 of 64, and a newcomer's network still gets in.
+    #[test]
+    fn half_the_pending_slots_are_kept_for_networks_with_nothing_pending() {
+        let mut l = IpLimits::new(8, false, 64);
+        let flood: Vec<Multiaddr> =
+            (0..20).flat_map(|_| (2..18).map(|n| addr(&format!("10.0.{n}.10")))).collect();
+        assert_eq!(admitted(&mut l, &flood), 32, "16 networks take half the table");
+        let newcomer = addr("10.9.9.9");
+        assert_eq!(admitted(&mut l, &[newcomer.clone(), newcomer]), 1, "one per fresh network");
+        assert_eq!(admitted(&mut l, &[addr("10.9.10.1"), addr("10.9.10.2")]), 1);
+        // Below half again (34 - 10), a network takes more than one, up to half.
+        let ids: Vec<ConnectionId> = l.pending.keys().copied().take(10).collect();
+        for id in ids {
+            l.release(id);
+        }
+        let one_24: Vec<Multiaddr> = (100..120).map(|i| addr(&format!("10.0.2.{i}"))).collect();
+        assert_eq!(admitted(&mut l, &one_24), 8);
+    }
+
     #[test]
     fn caps_pending_and_established_per_ip_and_frees_on_close() {
-        let mut l = IpLimits::new(2, true);
+        let mut l = IpLimits::new(2, true, 64);
         let local = addr("10.0.0.1");
         let (a, b) = (addr("10.0.0.2"), addr("10.0.0.3"));
         let ids: Vec<ConnectionId> = (1..=4).map(ConnectionId::new_unchecked).collect();

@@ -1,6 +1,8 @@
 //! In-process multi-swarm tests on 127.0.0.1: real transports, several nodes per process.
 //! Everything waits on conditions with deadlines; nothing sleeps and hopes.
 
+#[path = "swarm/accept_flood.rs"]
+mod accept_flood;
 #[path = "swarm/announce.rs"]
 mod announce;
 #[path = "swarm/blobs.rs"]
