@@ -144,10 +144,15 @@ impl Protocol {
         // Deltas being fetched count as announced: the budget holds before the bytes come.
         let held_bytes: u64 =
             self.lanes.iter().map(|l| l.held_bytes).sum::<u64>() + self.in_flight_bytes;
-        if self.in_flight.len() >= MAX_IN_FLIGHT
-            || lane.held.len() >= r.max_held
-            || lane.claims.len() >= r.max_held
-            || held_bytes.saturating_add(c.size) > r.max_held_bytes
+        // Authors without a current credit (strangers, fresh identities) may fill half of
+        // each budget; the rest is kept for authors whose recent work went their rounds'
+        // way, so a flood of well-formed announcements from free identities cannot keep
+        // the swarm's working members out of the round.
+        let half = |cap: u64| if lane.votes.counts(&from) { cap } else { cap / 2 };
+        if self.in_flight.len() as u64 >= half(MAX_IN_FLIGHT as u64)
+            || lane.held.len() as u64 >= half(r.max_held as u64)
+            || lane.claims.len() as u64 >= half(r.max_held as u64)
+            || held_bytes.saturating_add(c.size) > half(r.max_held_bytes)
         {
             self.metrics.refused_full += 1;
             return;

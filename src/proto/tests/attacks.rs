@@ -179,9 +179,18 @@ fn held_payloads_are_bounded_by_one_byte_budget() {
             p.handle(Event::Message { from: PeerId(author), msg: Message::Contribution(c) }, 900);
         fetched += fetches(&out);
     }
-    // In flight counts against the budget as announced: at most 16 fit.
-    assert!(fetched <= 16, "{fetched} fetches for a 1 MiB budget");
-    assert!(p.metrics().refused_full >= 984);
+    // In flight counts against the budget as announced: at most 16 fit, and strangers
+    // get half of it.
+    assert!(fetched <= 8, "{fetched} fetches by strangers for a 1 MiB budget");
+    assert!(p.metrics().refused_full >= 992);
+    // A member whose recent work earned it a vote still gets its delta in (before the
+    // half kept for credited authors, the flood kept it out: refused as budget_full).
+    let member = PeerId(7);
+    p.lanes[0].votes.credit(member, 1);
+    let (mut c, _) = delta_by(7, 1, 0.1);
+    c.size = size;
+    let out = p.handle(Event::Message { from: member, msg: Message::Contribution(c) }, 901);
+    assert_eq!(fetches(&out), 1, "the credited member's delta was refused");
 }
 
 /// A stall that reserves the byte budget with a huge announced size (every peer would hold
