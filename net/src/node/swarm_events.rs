@@ -218,30 +218,21 @@ impl EventLoop {
     fn on_gossip(&mut self, event: gossipsub::Event) {
         match event {
             gossipsub::Event::Message { propagation_source, message_id, message } => {
-                // A flood from one source must not push honest events out of the bounded
-                // event channel: over its token bucket, messages are ignored (not
-                // penalised: an honest forwarder may burst) and counted.
-                if !self.hygiene.admit_announcement(propagation_source, Instant::now()) {
-                    self.peers.reject(
-                        propagation_source.to_string(),
-                        RejectReason::RateLimited,
-                        "announcements over the per-source rate limit",
-                    );
-                    self.swarm.behaviour_mut().gossipsub.report_message_validation_result(
-                        &message_id,
-                        &propagation_source,
-                        gossipsub::MessageAcceptance::Ignore,
-                    );
-                    return;
-                }
-                // The same for one signed author, however many forwarders carry it.
-                if !self.hygiene.admit_author(message.source, Instant::now()) {
+                // A flood must not push honest events out of the bounded event channel: over
+                // its forwarder's token bucket, or its signed author's however many
+                // forwarders carry it, a message is ignored (not penalised: an honest
+                // forwarder may burst) and counted.
+                let now = Instant::now();
+                let over = if !self.hygiene.admit_announcement(propagation_source, now) {
+                    Some((propagation_source.to_string(), "gossip over the per-source rate limit"))
+                } else if !self.hygiene.admit_author(message.source, now) {
                     let author = message.source.map(|a| a.to_string()).unwrap_or_default();
-                    self.peers.reject(
-                        author,
-                        RejectReason::RateLimited,
-                        "gossip over the per-author rate limit",
-                    );
+                    Some((author, "gossip over the per-author rate limit"))
+                } else {
+                    None
+                };
+                if let Some((who, detail)) = over {
+                    self.peers.reject(who, RejectReason::RateLimited, detail);
                     self.swarm.behaviour_mut().gossipsub.report_message_validation_result(
                         &message_id,
                         &propagation_source,
