@@ -3,7 +3,8 @@
 use super::fasthash::{FastMap, FastSet};
 use super::held::Held;
 use super::io::{Event, Metrics, Offence, Output, Timer};
-use super::lane::{Lane, Window};
+use super::lane::Lane;
+use super::schedule::Window;
 use super::schedule::{Grace, Millis, Schedule};
 use super::state::FragmentState;
 use super::{ContributionAnnounce, Message, PeerId, Settings};

@@ -16,7 +16,8 @@
 
 use super::fasthash::FastMap;
 use super::held::{self, merge_inputs};
-use super::lane::{Lane, Window};
+use super::lane::Lane;
+use super::schedule::Window;
 use super::merge;
 use super::state::FragmentState;
 use super::{PeerId, Recipe, Settings, MAX_RECIPE_IDS};

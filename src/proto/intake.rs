@@ -5,7 +5,8 @@
 use super::core::{misbehaved, Claim, InFlight, Kind, Protocol, MAX_IN_FLIGHT};
 use super::held::Held;
 use super::io::{Offence, Output};
-use super::lane::{Lane, Window};
+use super::lane::Lane;
+use super::schedule::Window;
 use super::schedule::Millis;
 use super::{ContributionAnnounce, Message, PeerId};
 use crate::delta::{self, ContentHash, Decoded};

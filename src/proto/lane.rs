@@ -6,6 +6,7 @@ use super::held::{self, merge_inputs, Held};
 use super::io::{ApplyAnchor, Contribution, MergeReport, Metrics, Output};
 use super::merge;
 use super::reconcile::Votes;
+use super::schedule::Window;
 use super::state::FragmentState;
 use super::{Millis, PeerId, Settings};
 use crate::delta::{ContentHash, ErrorFeedback, Limits};
@@ -65,40 +66,6 @@ pub(crate) struct Lane {
     pub prior: Option<(ContentHash, FragmentState)>,
     /// Recipes credited voters announced, by state hash, with the state's round.
     pub recipes: FastMap<ContentHash, (u64, super::Recipe)>,
-}
-
-/// Which contributions a round merges: those made for rounds `round − lag − lateness ..=
-/// round − lag`. With `lag = 1` a round merges the previous round's deltas, which have had a
-/// whole period to reach every peer, so peers merge the same set without waiting; with
-/// `lag = 0` a round merges its own deltas (fresher, but a set that depends on arrival
-/// times, fixed up by reconciliation).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Window {
-    pub lag: u64,
-    pub lateness: u64,
-}
-
-impl Window {
-    pub fn of(settings: &Settings) -> Self {
-        Self { lag: settings.raw().merge_lag, lateness: settings.raw().max_lateness }
-    }
-
-    /// Whether a contribution made for `made_for` may be merged in round `round`.
-    /// (Saturating: a round number comes from the network.)
-    pub fn eligible(&self, made_for: u64, round: u64) -> bool {
-        made_for.saturating_add(self.lag) <= round
-            && made_for.saturating_add(self.lag + self.lateness) >= round
-    }
-
-    /// Whether a contribution made for `made_for` can no longer be merged after `round`.
-    pub fn stale(&self, made_for: u64, round: u64) -> bool {
-        made_for.saturating_add(self.lag + self.lateness) < round
-    }
-
-    /// Rounds of merged-id log a state must keep to refuse every duplicate.
-    pub fn log_rounds(&self) -> u64 {
-        self.lateness + 1
-    }
 }
 
 impl Lane {

@@ -1,4 +1,5 @@
-//! The shared round schedule and the adaptive grace window (DESIGN.md §2.2, §2.3 Eq. 3).
+//! The shared round schedule, the adaptive grace window and the merge window (DESIGN.md §2.2,
+//! §2.3 Eq. 3).
 //!
 //! The schedule is a pure function of the settings and the time on the run's shared
 //! timeline: round `r ≥ 1` of fragment `p` opens at `r·T + p·T/P` ms, with `T = H·step_ms`.
@@ -111,6 +112,40 @@ impl Grace {
     pub fn window(&self) -> Millis {
         let slack = self.tau * self.t_step.get() - self.t_quorum.get() - self.t_sync.get();
         (self.gamma * slack).clamp(0.0, self.cap) as Millis
+    }
+}
+
+/// Which contributions a round merges: those made for rounds `round − lag − lateness ..=
+/// round − lag`. With `lag = 1` a round merges the previous round's deltas, which have had a
+/// whole period to reach every peer, so peers merge the same set without waiting; with
+/// `lag = 0` a round merges its own deltas (fresher, but a set that depends on arrival
+/// times, fixed up by reconciliation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Window {
+    pub lag: u64,
+    pub lateness: u64,
+}
+
+impl Window {
+    pub fn of(settings: &Settings) -> Self {
+        Self { lag: settings.raw().merge_lag, lateness: settings.raw().max_lateness }
+    }
+
+    /// Whether a contribution made for `made_for` may be merged in round `round`.
+    /// (Saturating: a round number comes from the network.)
+    pub fn eligible(&self, made_for: u64, round: u64) -> bool {
+        made_for.saturating_add(self.lag) <= round
+            && made_for.saturating_add(self.lag + self.lateness) >= round
+    }
+
+    /// Whether a contribution made for `made_for` can no longer be merged after `round`.
+    pub fn stale(&self, made_for: u64, round: u64) -> bool {
+        made_for.saturating_add(self.lag + self.lateness) < round
+    }
+
+    /// Rounds of merged-id log a state must keep to refuse every duplicate.
+    pub fn log_rounds(&self) -> u64 {
+        self.lateness + 1
     }
 }
 
