@@ -17,8 +17,8 @@
 use super::fasthash::FastMap;
 use super::held::{self, merge_inputs};
 use super::lane::Lane;
-use super::schedule::Window;
 use super::merge;
+use super::schedule::Window;
 use super::state::FragmentState;
 use super::{PeerId, Recipe, Settings, MAX_RECIPE_IDS};
 use crate::delta::{ContentHash, Limits};

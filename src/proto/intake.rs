@@ -6,8 +6,8 @@ use super::core::{misbehaved, Claim, InFlight, Kind, Protocol, MAX_IN_FLIGHT};
 use super::held::Held;
 use super::io::{Offence, Output};
 use super::lane::Lane;
-use super::schedule::Window;
 use super::schedule::Millis;
+use super::schedule::Window;
 use super::{ContributionAnnounce, Message, PeerId};
 use crate::delta::{self, ContentHash, Decoded};
 use bytes::Bytes;
@@ -125,9 +125,12 @@ impl Protocol {
                 }
             }
             // Recorded even when the list is full: copiers that announced first must not
-            // keep the real author's claim out (`accept_delta` looks here too).
+            // keep the real author's claim out (`accept_delta` looks here too). Copies by
+            // authors without a current credit fill at most half the map, as below: free
+            // identities copying one delta must not use up the room of the members' own.
             let lane = &mut self.lanes[p];
-            if lane.claims.len() < self.settings.raw().max_held {
+            let room = credited_share(lane.votes.counts(&from), self.settings.raw().max_held);
+            if lane.claims.len() < room {
                 lane.claims.insert((from, c.round), c.hash);
             }
             return;
@@ -149,11 +152,11 @@ impl Protocol {
         // each budget; the rest is kept for authors whose recent work went their rounds'
         // way, so a flood of well-formed announcements from free identities cannot keep
         // the swarm's working members out of the round.
-        let half = |cap: u64| if lane.votes.counts(&from) { cap } else { cap / 2 };
-        if self.in_flight.len() as u64 >= half(MAX_IN_FLIGHT as u64)
-            || lane.held.len() as u64 >= half(r.max_held as u64)
-            || lane.claims.len() as u64 >= half(r.max_held as u64)
-            || held_bytes.saturating_add(c.size) > half(r.max_held_bytes)
+        let credited = lane.votes.counts(&from);
+        if self.in_flight.len() >= credited_share(credited, MAX_IN_FLIGHT)
+            || lane.held.len() >= credited_share(credited, r.max_held)
+            || lane.claims.len() >= credited_share(credited, r.max_held)
+            || held_bytes.saturating_add(c.size) > credited_share(credited, r.max_held_bytes)
         {
             self.metrics.refused_full += 1;
             return;
@@ -230,6 +233,16 @@ impl Protocol {
         if self.behind(p) {
             self.reconcile(p, now, out);
         }
+    }
+}
+
+/// The part of a budget `cap` an announcer may fill: all of it for an author with a current
+/// vote credit, half for everyone else.
+fn credited_share<T: std::ops::Div<Output = T> + From<u8>>(credited: bool, cap: T) -> T {
+    if credited {
+        cap
+    } else {
+        cap / T::from(2)
     }
 }
 

@@ -193,6 +193,36 @@ fn held_payloads_are_bounded_by_one_byte_budget() {
     assert_eq!(fetches(&out), 1, "the credited member's delta was refused");
 }
 
+/// Copiers fill no slot a credited author needs: free identities that announce a delta
+/// already in flight as theirs each add a claim to the lane's claim map, which bounds the
+/// fresh announcements it takes. They get half of it, like every other budget.
+#[test]
+fn copied_claims_keep_room_for_credited_authors() {
+    let raw = RawSettings { max_held: 64, ..super::settings(0).raw().clone() };
+    let s = Settings::new(raw).unwrap().with_tokens_per_step(16);
+    let init = plan().fragments.iter().map(|f| vec![0.5; f.numel()]).collect();
+    let mut p = Protocol::new(PeerId(1), s, &plan(), init, 1).unwrap();
+    p.start(0);
+    let (c, _) = delta_by(2, 1, 0.1);
+    let out =
+        p.handle(Event::Message { from: PeerId(2), msg: Message::Contribution(c.clone()) }, 900);
+    assert_eq!(fetches(&out), 1);
+    // A thousand Sybils announce the same bytes, each signing as itself.
+    for sybil in 100..1100u64 {
+        let copy = ContributionAnnounce { origin: PeerId(sybil), ..c.clone() };
+        let msg = Message::Contribution(copy);
+        assert!(offences(&p.handle(Event::Message { from: PeerId(sybil), msg }, 901)).is_empty());
+    }
+    assert!(p.lanes[0].claims.len() <= 32, "{} claims by copiers", p.lanes[0].claims.len());
+    // A member whose recent work earned it a vote still gets its delta in (before, the
+    // copiers' claims filled the map and it was refused as budget_full).
+    let member = PeerId(7);
+    p.lanes[0].votes.credit(member, 1);
+    let (c, _) = delta_by(7, 1, 0.2);
+    let out = p.handle(Event::Message { from: member, msg: Message::Contribution(c) }, 902);
+    assert_eq!(fetches(&out), 1, "the credited member's delta was refused");
+}
+
 /// A stall that reserves the byte budget with a huge announced size (every peer would hold
 /// it for the fetch's deadline) is a lie the size proves: no delta of the fragment can be
 /// that large. Refused as oversized, nothing fetched; the largest legal size is fetched.
