@@ -142,7 +142,7 @@ fn momentum_grid(peers: usize, cycles: u64, seeds: u64) {
 }
 
 /// Traffic and quality against the swarm's size: all-to-all against sampled contributions.
-/// The model and network are `sim_scale`'s (one fragment of 16 values, fast uplinks), so
+/// The model and network are `simulator::scale`'s (one fragment of 16 values, fast uplinks), so
 /// the cost is the protocol's per-message work; loss is the quadratic's, as elsewhere here.
 fn sampling(sizes: &[usize], exchanges: &[usize], momentum: Option<f32>, cycles: u64, seeds: u64) {
     println!("{cycles} cycles, mean over {seeds} seeds; contributors = 0 is all-to-all");

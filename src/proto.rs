@@ -20,7 +20,7 @@
 //!    state and adopts it, re-queueing what it had merged that the adopted lineage had not.
 //!
 //! Since merges are deterministic and a peer that disagrees adopts the majority's state,
-//! anchors become bit-identical once churn stops (tests/sim_agreement.rs).
+//! anchors become bit-identical once churn stops (tests/simulator/agreement.rs).
 //!
 //! Drive it with [`Protocol::handle`]`(event, now)` and carry out the [`Output`]s (a
 //! running peer wraps it in [`crate::peer::Peer`], which also answers payload requests).

@@ -30,7 +30,7 @@ const OPPOSED: f64 = 0.25;
 /// cosine) both earn nothing: either may be the poisoned one and no median can tell.
 ///
 /// Scores are relative to the round's own set, computed in f64 in canonical order: every
-/// peer that merges the same set gets the same bits. Measured (tests/sim_byzantine.rs,
+/// peer that merges the same set gets the same bits. Measured (tests/simulator/byzantine.rs,
 /// SECURITY.md): costs an honest swarm nothing; a quarter of colluding peers sending
 /// reversed or aimed deltas cost at most 5%, against 1.25–6.3× without it.
 pub(super) fn agreement(spec: &FragmentSpec, inputs: &[Input<'_>], clips: &[Clip]) -> Vec<f64> {

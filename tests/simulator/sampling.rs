@@ -14,7 +14,7 @@ fn received(sim: &Sim) -> (u64, u64) {
 fn a_thousand_sampled_peers_fetch_a_bounded_share_and_keep_the_invariants() {
     let seed = seed_from_env(5);
     let (peers, wanted) = (1000, 16);
-    // sim_scale's tiny model and network: one 64-byte fragment, every cycle one round.
+    // scale.rs's tiny model and network: one 64-byte fragment, every cycle one round.
     let mut cfg = SimConfig::new(peers, seed).tiny_and_fast();
     cfg.net.loss = 0.01;
     cfg.settings.contributors = wanted;
