@@ -48,7 +48,7 @@ impl Backend {
         match self {
             Backend::Flex => Device::flex(),
             // burn 0.22 deprecates ndarray in favour of flex; we keep it as the backend the
-            // project was specified with, covered by tests/backends.rs.
+            // project was specified with, covered by tests/library/backends.rs.
             #[allow(deprecated)]
             Backend::Ndarray => Device::ndarray(),
             #[cfg(feature = "wgpu")]
