@@ -48,7 +48,15 @@ mod mixed {
             let dir = tmp.path().join(format!("peer-{i}"));
             Spec::train(dir, &manifest, &format!("{i}/2"), until)
         };
-        // The GPU peer listens (it compiles its kernels first); the CPU peer joins it.
+        // Lavapipe compiles the model's kernels during a peer's first step: over a minute on
+        // a 2-core machine with a cold shader cache (CI machines start with one), longer
+        // than the run, and the GPU peer then contributes nothing. A one-step peer of the
+        // same model fills Mesa's on-disk shader cache first, so the swarm's GPU peer trains
+        // within seconds of starting, as a restarted peer on a real GPU does (JOINING.md).
+        let warm = Spec::train(tmp.path().join("warm-up"), &manifest, "0/2", Until::Steps(1));
+        let mut warm = [Peer::start("wgpu warm-up", warm.arg("--backend").arg("wgpu"))];
+        common::wait_all_exit(&mut warm, Duration::from_secs(300));
+        // The GPU peer listens; the CPU peer joins it.
         let mut gpu = Peer::start("wgpu peer", spec(0).arg("--backend").arg("wgpu"));
         let addr = gpu.listen_addr(Duration::from_secs(120));
         let cpu = Peer::start("flex peer", spec(1).bootstrap(Some(addr)));
