@@ -46,6 +46,11 @@ enum Mode {
     /// "direction" attack). Run instead of `AuthorBound` with `HOSTILE_ATTACK=direction`
     /// (a measurement; the suite runs `AuthorBound`).
     Direction,
+    /// Also no provable offence: for each fragment round, a delta of the largest legal size
+    /// with an honest delta's claims, announced again with every honest delta of that round
+    /// and never served (its node answers that it has no such payload: issue 21's "stall").
+    /// Run instead of `AuthorBound` with `HOSTILE_ATTACK=stall` (a measurement).
+    Stall,
 }
 
 /// What one swarm run ended with.
@@ -57,6 +62,10 @@ struct Outcome {
     attacker_agreement: Vec<f64>,
     banned: Vec<usize>,
     peak_rss_kib: u64,
+    /// Merged and skipped rounds of each honest peer.
+    merges: Vec<(u64, u64)>,
+    /// Refusals each honest peer owes to the attacker (`status.json`, `refused_from`).
+    refused_attacker: Vec<u64>,
 }
 
 #[test]
@@ -68,8 +77,9 @@ fn one_hostile_peer_cannot_crash_steer_or_take_over_a_swarm() {
     // against the worse of two: an attack may not cost more than 3% beyond what timing
     // alone does (an attack that steers the swarm costs orders of magnitude more).
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
-    let clean: Vec<f64> =
-        (0..2).map(|i| mean(&run(&tmp.path().join(format!("clean-{i}")), None).val_bpb)).collect();
+    let clean_runs: Vec<Outcome> =
+        (0..2).map(|i| run(&tmp.path().join(format!("clean-{i}")), None)).collect();
+    let clean: Vec<f64> = clean_runs.iter().map(|o| mean(&o.val_bpb)).collect();
     let attacked = run(&tmp.path().join("attacked"), Some(Mode::Everything));
     let (c, a) = (clean.iter().copied().fold(0.0, f64::max), mean(&attacked.val_bpb));
     eprintln!(
@@ -86,10 +96,27 @@ fn one_hostile_peer_cannot_crash_steer_or_take_over_a_swarm() {
     // cost a swarm +54% before agreement weights; SECURITY.md).
     let careful_mode = match std::env::var("HOSTILE_ATTACK").as_deref() {
         Ok("direction") => Mode::Direction,
+        Ok("stall") => Mode::Stall,
         _ => Mode::AuthorBound,
     };
     let careful = run(&tmp.path().join("author-bound"), Some(careful_mode));
     let a = mean(&careful.val_bpb);
+    if careful_mode == Mode::Stall {
+        eprintln!(
+            "stalling attacker: val_bpb {:?}; refusals {:?}; refused from it {:?}; merges and \
+             skipped rounds {:?} (clean: {:?}); banned by {:?}",
+            careful.val_bpb,
+            careful.refusals,
+            careful.refused_attacker,
+            careful.merges,
+            clean_runs.iter().map(|o| &o.merges).collect::<Vec<_>>(),
+            careful.banned
+        );
+        assert!(careful.refused_attacker.iter().all(|&n| n > 0), "{:?}", careful.refused_attacker);
+        assert!(a <= 1.03 * c, "stall: {a:.3} vs clean {c:.3}");
+        assert!(careful.banned.is_empty(), "it commits no provable offence");
+        return;
+    }
     let zero = careful.attacker_agreement.iter().filter(|&&x| x == 0.0).count();
     let merged = careful.attacker_agreement.len();
     eprintln!(
@@ -136,9 +163,15 @@ fn run(root: &Path, attack: Option<Mode>) -> Outcome {
     let mut attacker_agreement = Vec::new();
     let mut banned = Vec::new();
     let mut val_bpb = Vec::new();
+    let mut merges = Vec::new();
+    let mut refused_attacker = Vec::new();
     for (i, p) in peers.iter().enumerate() {
         let t = p.training().unwrap();
         val_bpb.push(t.final_val_bpb.unwrap());
+        merges.push((t.merges, t.skipped));
+        if let Some(id) = &attacker_id {
+            refused_attacker.push(t.refused_from.get(id).copied().unwrap_or(0));
+        }
         for (k, v) in t.rejected {
             *rejected.entry(k).or_insert(0) += v;
         }
@@ -156,7 +189,16 @@ fn run(root: &Path, attack: Option<Mode>) -> Outcome {
             banned.push(i);
         }
     }
-    Outcome { val_bpb, rejected, refusals, attacker_agreement, banned, peak_rss_kib }
+    Outcome {
+        val_bpb,
+        rejected,
+        refusals,
+        attacker_agreement,
+        banned,
+        peak_rss_kib,
+        merges,
+        refused_attacker,
+    }
 }
 
 fn run_id(root: &Path) -> [u8; 32] {
@@ -308,6 +350,23 @@ impl Attack {
         self.announce(&c, &poison, c.tokens, c.steps, Codec::Q4).await;
     }
 
+    /// The stall (see [`Mode::Stall`]): the largest delta the fragment allows, announced
+    /// with every honest delta of its round, never stored, so never served.
+    async fn stall(&mut self, author: atoll_net::PeerId, c: ContributionAnnounce) {
+        if !self.numel.contains_key(&c.fragment) {
+            let Ok(bytes) = self.client.fetch_blob(BlobHash(c.hash.0), &[author]).await else {
+                return;
+            };
+            let Some(values) = decode_any(&bytes, c.fragment) else { return };
+            self.numel.insert(c.fragment, values.len());
+        }
+        let size = delta::largest_payload(self.numel[&c.fragment]);
+        let hash = ContentHash::of(format!("stall {} {}", c.fragment, c.round).as_bytes());
+        self.sent.insert((c.fragment, c.round));
+        let ours = ContributionAnnounce { hash, size, origin: self.me, ..c };
+        self.publish(Message::Contribution(ours)).await;
+    }
+
     /// Attacks 1, 2, 5, 6, 7, 13: variants of an honest delta it fetched.
     async fn on_delta(&mut self, author: atoll_net::PeerId, c: ContributionAnnounce) {
         if self.mode == Mode::AuthorBound {
@@ -315,6 +374,9 @@ impl Attack {
         }
         if self.mode == Mode::Direction {
             return self.direction(author, c).await;
+        }
+        if self.mode == Mode::Stall {
+            return self.stall(author, c).await;
         }
         // 7 first: two different deltas of its own for the round, sent before any fetch,
         // so they are fresh even when this process lags behind the swarm.
