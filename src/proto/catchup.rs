@@ -1,8 +1,9 @@
 //! Reconciliation and catch-up (DESIGN.md §3.2): votes, "am I behind?", fetching and
 //! adopting the majority's state.
 
-use super::core::{Kind, Protocol};
+use super::core::Protocol;
 use super::evidence::Evidence;
+use super::fetch::Kind;
 use super::io::{Offence, Output};
 use super::schedule::Millis;
 use super::state::FragmentState;

@@ -1,11 +1,11 @@
 //! The protocol state machine: dispatches events to fragments and tracks fetches.
 
 use super::fasthash::{FastMap, FastSet};
+use super::fetch::InFlight;
 use super::held::Held;
 use super::io::{Event, Metrics, Offence, Output, Timer};
 use super::lane::Lane;
-use super::schedule::Window;
-use super::schedule::{Grace, Millis, Schedule};
+use super::schedule::{Grace, Millis, Schedule, Window};
 use super::state::FragmentState;
 use super::{ContributionAnnounce, Message, PeerId, Settings};
 use crate::delta::{self, ContentHash, DeltaMeta, ErrorFeedback, Limits};
@@ -31,33 +31,6 @@ pub enum ProtoError {
     FragmentCount { plan: usize, settings: usize },
     #[error("state of fragment {fragment} has {got} values, the plan says {want}")]
     StateLength { fragment: usize, got: usize, want: usize },
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Kind {
-    /// A delta, with what each announcer (always its claimed author) said it holds.
-    Delta { claims: Vec<Claim> },
-    /// A state, voted for round `round`: the payload must be of that round.
-    State { round: u64 },
-}
-
-/// What a signed announcement says about a delta; checked against the delta's header.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Claim {
-    pub author: PeerId,
-    pub round: u64,
-    pub tokens: u64,
-    pub steps: u64,
-}
-
-#[derive(Debug, Clone)]
-pub(super) struct InFlight {
-    pub(super) fragment: usize,
-    pub(super) kind: Kind,
-    pub(super) announced_at: Millis,
-    /// When the fetch is given up (and cancelled).
-    pub(super) deadline: Millis,
-    pub(super) max_len: u64,
 }
 
 /// One peer's protocol core. See the module docs of [`super`] for the flow.

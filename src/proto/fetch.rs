@@ -2,12 +2,39 @@
 //! per hash (the executor owns sources, hedging and retries), one sweep timer for all
 //! deadlines, and verification on arrival.
 
-use super::core::{misbehaved, InFlight, Kind, Protocol};
+use super::core::{misbehaved, Protocol};
 use super::io::{Offence, Output, Timer};
 use super::schedule::Millis;
 use super::PeerId;
 use crate::delta::ContentHash;
 use bytes::Bytes;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Kind {
+    /// A delta, with what each announcer (always its claimed author) said it holds.
+    Delta { claims: Vec<Claim> },
+    /// A state, voted for round `round`: the payload must be of that round.
+    State { round: u64 },
+}
+
+/// What a signed announcement says about a delta; checked against the delta's header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Claim {
+    pub author: PeerId,
+    pub round: u64,
+    pub tokens: u64,
+    pub steps: u64,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct InFlight {
+    pub(super) fragment: usize,
+    pub(super) kind: Kind,
+    pub(super) announced_at: Millis,
+    /// When the fetch is given up (and cancelled).
+    pub(super) deadline: Millis,
+    pub(super) max_len: u64,
+}
 
 /// Most rejected hashes remembered (so a bad payload is not fetched again and again).
 const MAX_REJECTED: usize = 4096;

@@ -2,12 +2,12 @@
 //! signer, fetched, and the payload's header checked against the signed claims
 //! (issue "Hostile peers": one author, one contribution per fragment round; claims bounded).
 
-use super::core::{misbehaved, Claim, InFlight, Kind, Protocol, MAX_IN_FLIGHT};
+use super::core::{misbehaved, Protocol, MAX_IN_FLIGHT};
+use super::fetch::{Claim, InFlight, Kind};
 use super::held::Held;
 use super::io::{Offence, Output};
 use super::lane::Lane;
-use super::schedule::Millis;
-use super::schedule::Window;
+use super::schedule::{Millis, Window};
 use super::{ContributionAnnounce, Message, PeerId};
 use crate::delta::{self, ContentHash, Decoded};
 use bytes::Bytes;
