@@ -46,10 +46,11 @@ enum Mode {
     /// "direction" attack). Run instead of `AuthorBound` with `HOSTILE_ATTACK=direction`
     /// (a measurement; the suite runs `AuthorBound`).
     Direction,
-    /// Also no provable offence: for each fragment round, a delta of the largest legal size
-    /// with an honest delta's claims, announced again with every honest delta of that round
-    /// and never served (its node answers that it has no such payload: issue 21's "stall").
-    /// Run instead of `AuthorBound` with `HOSTILE_ATTACK=stall` (a measurement).
+    /// For each fragment round, a delta of the largest legal size with an honest delta's
+    /// claims, announced again with every honest delta of that round and never served (its
+    /// node answers that it has no such payload: issue 21's "stall"). Denying a delta it
+    /// signed that it holds is an offence (`unserved`). Run instead of `AuthorBound` with
+    /// `HOSTILE_ATTACK=stall` (a measurement).
     Stall,
 }
 
@@ -114,7 +115,13 @@ fn one_hostile_peer_cannot_crash_steer_or_take_over_a_swarm() {
         );
         assert!(careful.refused_attacker.iter().all(|&n| n > 0), "{:?}", careful.refused_attacker);
         assert!(a <= 1.03 * c, "stall: {a:.3} vs clean {c:.3}");
-        assert!(careful.banned.is_empty(), "it commits no provable offence");
+        // Denying what it signed that it holds is an offence: strikes add up to a ban.
+        assert!(
+            careful.rejected.get("unserved").copied().unwrap_or(0) > 0,
+            "{:?}",
+            careful.rejected
+        );
+        assert_eq!(careful.banned.len(), 3, "every honest peer bans the staller");
         return;
     }
     let zero = careful.attacker_agreement.iter().filter(|&&x| x == 0.0).count();

@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use libp2p::PeerId;
+
 use crate::blob::BlobHash;
 
 /// Errors of starting, commanding and stopping a node.
@@ -81,10 +83,25 @@ pub enum StoreError {
 pub enum FetchError {
     #[error("blob {hash} has {size} bytes, more than the {limit} bytes asked for")]
     TooLarge { hash: BlobHash, size: u64, limit: u64 },
-    #[error("no peer could serve the chunk list of blob {0}")]
-    NoChunkList(BlobHash),
+    /// `denied`: the sources that answered that they do not hold the blob (the others
+    /// failed, timed out or were busy).
+    #[error("no peer could serve the chunk list of blob {hash} ({} said they do not hold it)", denied.len())]
+    NoChunkList { hash: BlobHash, denied: Vec<PeerId> },
+    /// `denied`: the sources that answered that they do not hold the blob, or a chunk of it.
     #[error("all sources failed for blob {hash}: {done} of {total} chunks fetched")]
-    SourcesExhausted { hash: BlobHash, done: usize, total: usize },
+    SourcesExhausted { hash: BlobHash, done: usize, total: usize, denied: Vec<PeerId> },
     #[error("the node has shut down")]
     Shutdown,
+}
+
+impl FetchError {
+    /// The sources that answered that they do not hold the blob (or a chunk of it): a
+    /// holder that announced it and then denies it stalls its fetchers.
+    pub fn denied(&self) -> &[PeerId] {
+        match self {
+            FetchError::NoChunkList { denied, .. }
+            | FetchError::SourcesExhausted { denied, .. } => denied,
+            _ => &[],
+        }
+    }
 }

@@ -137,8 +137,9 @@ impl<N: super::Network> Loop<N> {
         deadline: Millis,
     ) {
         let net = self.net.clone();
-        let sources: Vec<atoll_net::PeerId> =
-            holders.iter().filter_map(|p| self.peers.get(p).copied()).collect();
+        let named: Vec<(PeerId, atoll_net::PeerId)> =
+            holders.iter().filter_map(|p| Some((*p, *self.peers.get(p)?))).collect();
+        let sources: Vec<atoll_net::PeerId> = named.iter().map(|(_, p)| *p).collect();
         let from = holders.first().copied().unwrap_or(PeerId(0));
         let budget = Duration::from_millis(deadline.saturating_sub(self.now()));
         let holders = sources.len();
@@ -153,9 +154,18 @@ impl<N: super::Network> Loop<N> {
                 }
                 Ok(Err(e)) => {
                     tracing::debug!(error = %e, "fetch failed");
-                    Event::FetchFailed { from, hash }
+                    let denied = match &e {
+                        atoll_net::NetError::Fetch(f) => f.denied(),
+                        _ => &[],
+                    };
+                    let denied = named
+                        .iter()
+                        .filter(|(_, p)| denied.contains(p))
+                        .map(|(id, _)| *id)
+                        .collect();
+                    Event::FetchFailed { from, hash, denied }
                 }
-                Err(_) => Event::FetchFailed { from, hash },
+                Err(_) => Event::FetchFailed { from, hash, denied: Vec::new() },
             }
         });
     }

@@ -88,7 +88,7 @@ mod tests {
     use std::time::Duration;
 
     fn failed(hash: ContentHash) -> Event {
-        Event::FetchFailed { from: PeerId(1), hash }
+        Event::FetchFailed { from: PeerId(1), hash, denied: Vec::new() }
     }
 
     #[tokio::test]

@@ -239,7 +239,13 @@ impl Network for MemNet {
             mine.or(theirs).cloned()
         };
         let Some(data) = found else {
-            return Err(FetchError::NoChunkList(hash).into());
+            // A reachable source without the blob answers that it does not hold it.
+            let denied = sources
+                .iter()
+                .filter(|p| hub.members.get(p).is_some_and(|m| m.island == island))
+                .copied()
+                .collect();
+            return Err(FetchError::NoChunkList { hash, denied }.into());
         };
         if data.len() as u64 > max_len {
             let size = data.len() as u64;

@@ -149,11 +149,8 @@ impl Protocol {
             Event::Fetched { from, hash, bytes } => {
                 self.on_fetched(from, hash, bytes, now, &mut out)
             }
-            Event::FetchFailed { from, hash } => {
-                if self.in_flight.contains_key(&hash) {
-                    self.metrics.refused(from);
-                }
-                self.give_up(hash, now)
+            Event::FetchFailed { from, hash, denied } => {
+                self.on_fetch_failed(from, hash, &denied, now, &mut out)
             }
         }
         out

@@ -82,6 +82,36 @@ impl Protocol {
         self.metrics.fetch_failures += 1;
     }
 
+    /// No holder delivered `hash`. An author that signed an announcement of a delta and
+    /// then answers that it does not hold it stalls every fetcher at no cost to itself: it
+    /// is reported ([`Offence::Unserved`]; strikes add up to a ban). A holder that did not
+    /// answer at all may be gone or paused, and only has the refusal counted against it.
+    pub(super) fn on_fetch_failed(
+        &mut self,
+        from: PeerId,
+        hash: ContentHash,
+        denied: &[PeerId],
+        now: Millis,
+        out: &mut Vec<Output>,
+    ) {
+        let Some(f) = self.in_flight.get(&hash) else { return };
+        let deniers: Vec<PeerId> = match &f.kind {
+            Kind::Delta { claims } => {
+                claims.iter().map(|c| c.author).filter(|a| denied.contains(a)).collect()
+            }
+            Kind::State { .. } => Vec::new(),
+        };
+        if deniers.is_empty() {
+            self.metrics.refused(from);
+        }
+        for author in deniers {
+            self.metrics.refused(author);
+            let detail = format!("announced delta {hash}, then said it does not hold it");
+            misbehaved(out, author, Offence::Unserved, detail);
+        }
+        self.give_up(hash, now)
+    }
+
     /// Removes a fetch from the table, releasing the bytes it held in the budget.
     fn end_fetch(&mut self, hash: &ContentHash) -> Option<InFlight> {
         let f = self.in_flight.remove(hash)?;

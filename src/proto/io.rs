@@ -50,9 +50,11 @@ pub enum Event {
     },
     /// A fetch failed: no holder delivered it (gone, refused, too large, too slow). The
     /// core does not retry: the executor already tried every holder it was given.
+    /// `denied`: the holders that answered that they do not hold it.
     FetchFailed {
         from: PeerId,
         hash: ContentHash,
+        denied: Vec<PeerId>,
     },
 }
 
@@ -159,6 +161,8 @@ pub enum Offence {
     BadState,
     /// A state that recomputing from its parent and contributions does not give.
     ForgedState,
+    /// A delta its author announced, then said it does not hold, while the round was open.
+    Unserved,
 }
 
 impl Offence {
@@ -174,6 +178,7 @@ impl Offence {
             Offence::BadPayload => "bad_payload",
             Offence::BadState => "bad_state",
             Offence::ForgedState => "forged_state",
+            Offence::Unserved => "unserved",
         }
     }
 }

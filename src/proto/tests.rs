@@ -229,7 +229,7 @@ fn a_state_nobody_can_serve_is_not_chased_round_after_round() {
     // Every attempt fails (the holder is stopped); after the last one it is given up.
     let mut t = 5_600;
     for _ in 0..10 {
-        p.handle(Event::FetchFailed { from: PeerId(9), hash: x }, t);
+        p.handle(Event::FetchFailed { from: PeerId(9), hash: x, denied: vec![] }, t);
         t += 100;
     }
     // The same vote again within two periods: not chased.
@@ -315,13 +315,49 @@ fn a_delta_given_up_is_not_fetched_again_when_re_announced() {
     };
     assert_eq!(announce(&mut p, 1_000), 1);
     assert_eq!(announce(&mut p, 1_100), 0, "fetched twice at once");
-    p.handle(Event::FetchFailed { from: PeerId(7), hash: c.hash }, 1_500);
+    p.handle(Event::FetchFailed { from: PeerId(7), hash: c.hash, denied: vec![] }, 1_500);
     for at in [1_600, 1_800] {
         assert_eq!(announce(&mut p, at), 0, "a given-up delta was fetched again at {at}");
     }
     assert_eq!(p.metrics().fetches, 1);
     assert_eq!(p.metrics().fetch_failures, 1);
     assert_eq!(p.metrics().refused_from.get(&PeerId(7)), Some(&1), "the holder is named");
+}
+
+/// An author that answers "not here" for a delta it announced is reported, once per
+/// failed fetch; a holder that did not answer at all (gone, paused) is not, and neither is
+/// a peer named as denying that never claimed the delta.
+#[test]
+fn an_author_denying_its_own_announced_delta_is_reported() {
+    let unserved = |out: &[Output]| -> Vec<PeerId> {
+        out.iter()
+            .filter_map(|o| match o {
+                Output::Misbehaved { peer, offence: Offence::Unserved, .. } => Some(*peer),
+                _ => None,
+            })
+            .collect()
+    };
+    for (denied, reported) in
+        [(vec![PeerId(7)], vec![PeerId(7)]), (vec![], vec![]), (vec![PeerId(8)], vec![])]
+    {
+        let mut p = peer(1, 0);
+        p.start(0);
+        let (c, _) = delta_by(7, 1, 0.1);
+        let out = p.handle(
+            Event::Message { from: PeerId(7), msg: Message::Contribution(c.clone()) },
+            1_000,
+        );
+        assert!(out.iter().any(|o| matches!(o, Output::Fetch { .. })));
+        let out = p.handle(
+            Event::FetchFailed { from: PeerId(7), hash: c.hash, denied: denied.clone() },
+            1_500,
+        );
+        assert_eq!(unserved(&out), reported, "denied by {denied:?}");
+        assert_eq!(p.metrics().refused_from.get(&PeerId(7)), Some(&1), "denied by {denied:?}");
+        // The same failure reported twice (a late answer) is not a second offence.
+        let out = p.handle(Event::FetchFailed { from: PeerId(7), hash: c.hash, denied }, 1_600);
+        assert!(unserved(&out).is_empty());
+    }
 }
 
 /// The peers refusals are owed to are bounded, and one that keeps being refused stays

@@ -69,6 +69,7 @@ impl Sim {
             .collect();
         let mut t = self.now;
         let mut next = 0;
+        let mut denied = Vec::new();
         while !left.is_empty() && t < deadline {
             let (holder, server) = left[next % left.len()];
             next += 1;
@@ -76,10 +77,12 @@ impl Sim {
                 t = t.saturating_add(attempt);
                 continue;
             };
-            let bytes = self.slots[server]
-                .peer
-                .as_ref()
-                .and_then(|p| self.byz.serve(server, &hash).or_else(|| p.payload(&hash)));
+            let up = self.slots[server].peer.as_ref();
+            let bytes = up.and_then(|p| self.byz.serve(server, &hash).or_else(|| p.payload(&hash)));
+            if up.is_some() && bytes.is_none() && !denied.contains(&holder) {
+                // Up, and says it does not hold what it announced.
+                denied.push(holder);
+            }
             match bytes {
                 Some(bytes) if bytes.len() as u64 <= max_len && ContentHash::of(&bytes) == hash => {
                     let len = bytes.len();
@@ -105,7 +108,7 @@ impl Sim {
         }
         if left.is_empty() && t < deadline {
             let from = holders.first().copied().unwrap_or(PeerId(0));
-            let event = Event::FetchFailed { from, hash };
+            let event = Event::FetchFailed { from, hash, denied };
             self.queue.push(t, Ev::Proto { peer: requester, inc, event });
         }
     }

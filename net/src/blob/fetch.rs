@@ -65,20 +65,22 @@ pub(crate) async fn fetch(
     max_size: u64,
 ) -> Result<(Bytes, ChunkList), NetError> {
     peers.book().order(&mut sources);
-    let (chunk_list, holders) = fetch_chunk_list(peers, hash, sources).await?;
+    let mut denied = Vec::new();
+    let (chunk_list, holders) = fetch_chunk_list(peers, hash, sources, &mut denied).await?;
     if chunk_list.size > max_size {
         return Err(FetchError::TooLarge { hash, size: chunk_list.size, limit: max_size }.into());
     }
-    let data = fetch_chunks(peers, hash, &chunk_list, holders).await?;
+    let data = fetch_chunks(peers, hash, &chunk_list, holders, denied).await?;
     Ok((data, chunk_list))
 }
 
 /// Asks sources for the chunk list; returns it with the peers that answered with it, in the
-/// order of `sources`.
+/// order of `sources`. The sources that answered that they do not hold it go to `denied`.
 async fn fetch_chunk_list(
     peers: &impl BlobPeers,
     hash: BlobHash,
     sources: Vec<PeerId>,
+    denied: &mut Vec<PeerId>,
 ) -> Result<(ChunkList, Vec<PeerId>), NetError> {
     let mut holders: Vec<(usize, PeerId)> = Vec::new();
     let mut found: Option<ChunkList> = None;
@@ -105,7 +107,8 @@ async fn fetch_chunk_list(
                     log_bad(peers, peer, hash, RejectReason::BadChunkList);
                     peers.report(peer, RejectReason::BadChunkList).await?;
                 }
-                Ok(BlobResponse::NotFound) | Ok(BlobResponse::Busy) => {}
+                Ok(BlobResponse::NotFound) => denied.push(peer),
+                Ok(BlobResponse::Busy) => {}
                 Err(NetError::Shutdown) => return Err(NetError::Shutdown),
                 Err(e) => debug!(peer = %peer, error = %e, "chunk list request failed"),
             }
@@ -119,7 +122,7 @@ async fn fetch_chunk_list(
     holders.sort_unstable_by_key(|(rank, _)| *rank);
     match found {
         Some(m) => Ok((m, holders.into_iter().map(|(_, p)| p).collect())),
-        None => Err(FetchError::NoChunkList(hash).into()),
+        None => Err(FetchError::NoChunkList { hash, denied: std::mem::take(denied) }.into()),
     }
 }
 
@@ -128,6 +131,7 @@ async fn fetch_chunks(
     hash: BlobHash,
     chunk_list: &ChunkList,
     holders: Vec<PeerId>,
+    mut denied: Vec<PeerId>,
 ) -> Result<Bytes, NetError> {
     let total = chunk_list.chunk_count();
     let mut buf = vec![0u8; chunk_list.size as usize];
@@ -149,12 +153,12 @@ async fn fetch_chunks(
             break Ok(());
         }
         if plan.is_stuck() {
-            break Err(FetchError::SourcesExhausted { hash, done: plan.done(), total }.into());
+            break Err(exhausted(hash, plan.done(), total, denied).into());
         }
         let wake = plan.next_wake(now).map(tokio::time::Instant::from_std);
         if inflight.is_empty() && wake.is_none() {
             // Cannot happen while the plan is consistent; never wait forever on nothing.
-            break Err(FetchError::SourcesExhausted { hash, done: plan.done(), total }.into());
+            break Err(exhausted(hash, plan.done(), total, denied).into());
         }
         tokio::select! {
             Some((issue, res)) = inflight.next(), if !inflight.is_empty() => {
@@ -169,7 +173,12 @@ async fn fetch_chunks(
                     }
                     Ok(BlobResponse::Chunk(_)) | Ok(BlobResponse::ChunkList(_)) => Outcome::Bad,
                     Ok(BlobResponse::Busy) => Outcome::Busy,
-                    Ok(BlobResponse::NotFound) => Outcome::NotFound,
+                    Ok(BlobResponse::NotFound) => {
+                        if !denied.contains(&issue.peer) {
+                            denied.push(issue.peer);
+                        }
+                        Outcome::NotFound
+                    }
                     Err(NetError::Shutdown) => break Err(NetError::Shutdown),
                     Err(e) => {
                         debug!(peer = %issue.peer, chunk = issue.chunk, error = %e, "chunk request failed: source dropped");
@@ -183,6 +192,11 @@ async fn fetch_chunks(
     };
     peers.book().learn(&plan.reports());
     result.map(|()| Bytes::from(buf))
+}
+
+/// The error of a fetch that ran out of sources with chunks missing.
+fn exhausted(hash: BlobHash, done: usize, total: usize, denied: Vec<PeerId>) -> FetchError {
+    FetchError::SourcesExhausted { hash, done, total, denied }
 }
 
 /// Sleeps until `at`, or forever when there is nothing to wake for.

@@ -37,8 +37,17 @@ async fn fetch_from_several_sources_verifies_and_stores() -> anyhow::Result<()> 
     let e = d.client.fetch_blob_limited(big, &[a.client.peer_id()], 1000).await;
     assert!(matches!(e, Err(atoll_net::NetError::Fetch(atoll_net::FetchError::TooLarge { .. }))));
     assert!(!d.client.has_blob(&big));
-    // Unknown blobs fail cleanly.
-    assert!(d.client.fetch_blob(BlobHash::of(b"nobody has this"), &sources).await.is_err());
+    // Unknown blobs fail cleanly, naming every source that said it does not hold them.
+    match d.client.fetch_blob(BlobHash::of(b"nobody has this"), &sources).await {
+        Err(atoll_net::NetError::Fetch(e)) => {
+            let mut denied = e.denied().to_vec();
+            denied.sort();
+            let mut want = sources.to_vec();
+            want.sort();
+            assert_eq!(denied, want, "{e}");
+        }
+        other => panic!("fetching an unknown blob gave {other:?}"),
+    }
     stop_all(vec![a, b, c, d]).await
 }
 
