@@ -378,7 +378,8 @@ impl Harness {
                     Some(bytes) if bytes.len() as u64 <= max_len => {
                         self.feed(Event::Fetched { from, hash, bytes })
                     }
-                    _ => self.feed(Event::FetchFailed { from, hash }),
+                    // The holder answered that it does not have it.
+                    _ => self.feed(Event::FetchFailed { from, hash, denied: vec![from] }),
                 }
             }
             Op::DeliverJunk { idx, bytes } => {
@@ -403,12 +404,13 @@ impl Harness {
                     self.feed(Event::Fetched { from: PeerId(3), hash, bytes });
                 }
             }
-            Op::FetchFailed { idx } => {
+            Op::FetchFailed { idx, denied } => {
                 if self.fetches.is_empty() {
                     return;
                 }
                 let (from, hash, _) = self.fetches.remove(usize::from(idx) % self.fetches.len());
-                self.feed(Event::FetchFailed { from, hash });
+                let denied = if denied { vec![from] } else { Vec::new() };
+                self.feed(Event::FetchFailed { from, hash, denied });
             }
             Op::Serve { hash } => {
                 let hash = self.hash(hash);

@@ -148,8 +148,10 @@ pub enum Op {
     DeliverUnsolicited {
         hash: HashSel,
     },
+    /// No holder delivered; `denied`: the holder answered that it does not have it.
     FetchFailed {
         idx: u8,
+        denied: bool,
     },
     Serve {
         hash: HashSel,
