@@ -7,10 +7,11 @@
 //!
 //! `--momentum-grid` instead prints final loss over inner lr × outer μ × merge lag.
 //!
-//! `--sampling [--sizes 16,64,256,1000] [--contributors 16] [--momentum μ] [--sampled-only]`
-//! instead prints traffic, quality and cost against the swarm's size, every peer
-//! contributing every round (the all-to-all exchange) beside sampled contributions
-//! (`proto::sampling`).
+//! `--sampling [--sizes 16,64,256,1000] [--contributors 16] [--momentum μ] [--sampled-only]
+//! [--expected]` instead prints traffic, quality and cost against the swarm's size, every
+//! peer contributing every round (the all-to-all exchange) beside sampled contributions
+//! (`proto::sampling`). `--expected` gives sampled runs the swarm's size in the manifest
+//! (`expected_peers`), so round 1 is sampled too.
 
 use atoll::delta::Codec;
 use atoll::proto::MergeRule;
@@ -49,7 +50,8 @@ fn main() {
         let momentum = value("--momentum").and_then(|s| s.parse().ok());
         let exchanges =
             if args.iter().any(|a| a == "--sampled-only") { vec![target] } else { vec![0, target] };
-        return sampling(&sizes, &exchanges, momentum, cycles, seeds);
+        let expected = args.iter().any(|a| a == "--expected");
+        return sampling(&sizes, &exchanges, momentum, expected, cycles, seeds);
     }
     let rows = [
         Row { name: "K=1 lag 0, heterogeneous, grace (γ=0.5)", tweak: |c| heterogeneous(c) },
@@ -144,7 +146,14 @@ fn momentum_grid(peers: usize, cycles: u64, seeds: u64) {
 /// Traffic and quality against the swarm's size: all-to-all against sampled contributions.
 /// The model and network are `simulator::scale`'s (one fragment of 16 values, fast uplinks), so
 /// the cost is the protocol's per-message work; loss is the quadratic's, as elsewhere here.
-fn sampling(sizes: &[usize], exchanges: &[usize], momentum: Option<f32>, cycles: u64, seeds: u64) {
+fn sampling(
+    sizes: &[usize],
+    exchanges: &[usize],
+    momentum: Option<f32>,
+    expected: bool,
+    cycles: u64,
+    seeds: u64,
+) {
     println!("{cycles} cycles, mean over {seeds} seeds; contributors = 0 is all-to-all");
     println!("| peers | contributors | final loss | agree | adoptions/peer/cycle | deltas merged/round | B/peer/round | events | wall s |");
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
@@ -156,6 +165,9 @@ fn sampling(sizes: &[usize], exchanges: &[usize], momentum: Option<f32>, cycles:
                 let mut cfg = SimConfig::new(peers, seed).tiny_and_fast();
                 cfg.track_lineage = false;
                 cfg.settings.contributors = contributors;
+                if expected && contributors > 0 {
+                    cfg.settings.expected_peers = peers;
+                }
                 if let Some(mu) = momentum {
                     cfg.settings.momentum = mu;
                 }

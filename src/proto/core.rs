@@ -67,10 +67,15 @@ impl Protocol {
         initial: Vec<Vec<f32>>,
         seed: u64,
     ) -> Result<Self, ProtoError> {
+        let sampling = super::sampling::Sampling::initial(settings.raw());
         let states = initial
             .into_iter()
             .enumerate()
-            .map(|(p, a)| FragmentState::initial(p as u32, a))
+            .map(|(p, a)| {
+                let mut s = FragmentState::initial(p as u32, a);
+                s.sampling = sampling;
+                s
+            })
             .collect();
         Self::restore(me, settings, plan, states, seed)
     }

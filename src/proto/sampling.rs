@@ -48,7 +48,23 @@ impl Default for Sampling {
     }
 }
 
+/// Largest `expected_peers` (the estimate is a u32).
+pub const MAX_EXPECTED_PEERS: usize = u32::MAX as usize;
+
 impl Sampling {
+    /// The sampling of a run's initial state: the period `expected_peers` gives at
+    /// `contributors` a round, with no estimate yet (the first merge's measurement replaces
+    /// it whole, so a wrong guess costs one merge, not a slow average); default when either
+    /// is 0.
+    pub fn initial(settings: &RawSettings) -> Self {
+        let (expected, c) = (settings.expected_peers as u64, settings.contributors as u64);
+        if expected == 0 || c == 0 {
+            return Self::default();
+        }
+        let period = expected.div_ceil(c).clamp(1, u64::from(MAX_PERIOD)) as u32;
+        Self { swarm: 0, period, prev_period: period }
+    }
+
     /// Whether this is the state of a run without sampling (its wire form is the older
     /// one, so states and their hashes are unchanged for such runs).
     pub fn is_default(&self) -> bool {
@@ -194,6 +210,29 @@ fn slot(peer: PeerId, fragment: usize) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_expected_size_sets_the_first_period_and_the_first_merge_replaces_it() {
+        let raw = |expected, contributors| RawSettings {
+            expected_peers: expected,
+            contributors,
+            ..RawSettings::default()
+        };
+        assert!(Sampling::initial(&raw(0, 16)).is_default());
+        assert!(Sampling::initial(&raw(1000, 0)).is_default());
+        assert!(Sampling::initial(&raw(10, 16)).is_default(), "fewer than wanted: period 1");
+        let s = Sampling::initial(&raw(1000, 16));
+        assert_eq!(s, Sampling { swarm: 0, period: 63, prev_period: 63 });
+        assert_eq!(Sampling::initial(&raw(u32::MAX as usize, 1)).period, MAX_PERIOD);
+        // Right: 16 deltas at period 63 measure ~1,000 and the period stays.
+        let right = s.after_merge(16, 0, 1, 16);
+        assert_eq!((right.swarm, right.period), (1008, 63));
+        // Far off (100 peers, not 10,000): one merge after 39 empty rounds corrects it.
+        let wrong = Sampling::initial(&raw(10_000, 16));
+        assert_eq!(wrong.period, 625);
+        let fixed = wrong.after_merge(6, 0, 40, 16);
+        assert_eq!((fixed.swarm, fixed.period), (94, 6));
+    }
 
     #[test]
     fn without_a_target_nothing_is_sampled() {

@@ -109,6 +109,12 @@ pub struct RawSettings {
     /// deltas a round however large the swarm. Default 0: every peer every round.
     #[serde(skip_serializing_if = "is_zero")]
     pub contributors: usize,
+    /// Peers expected when the run starts, for a run that samples (`contributors`): round 1
+    /// is then sampled too, at the period this size gives, instead of every peer sending
+    /// its first delta (at 10,000 peers, 10⁸ fetches). The first merge measures the swarm
+    /// and replaces it. Default 0: unknown, round 1 is all-to-all.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub expected_peers: usize,
 }
 
 /// Settings added after runs existed are left out of a manifest while they keep their
@@ -148,6 +154,7 @@ impl Default for RawSettings {
             step_slack: 4,
             agreement_weights: true,
             contributors: 0,
+            expected_peers: 0,
         }
     }
 }
@@ -249,6 +256,10 @@ impl Settings {
         check((1..=1024).contains(&r.step_slack), "step_slack", r.step_slack, "1..=1024")?;
         let most = super::MAX_PEERS;
         check(r.contributors <= most, "contributors", r.contributors, "0..=65536 (0: all)")?;
+        let expected = r.expected_peers == 0 || r.contributors > 0;
+        check(expected, "expected_peers", r.expected_peers, "needs contributors > 0")?;
+        let expected = r.expected_peers <= super::sampling::MAX_EXPECTED_PEERS;
+        check(expected, "expected_peers", r.expected_peers, "0..=2^32-1")?;
         let payload = (64..=MAX_PAYLOAD_BYTES).contains(&r.max_payload_bytes);
         check(payload, "max_payload_bytes", r.max_payload_bytes, "64..=1 GiB")?;
         check(
@@ -341,6 +352,12 @@ mod tests {
         let bad = RawSettings { quorum: 0, ..RawSettings::default() };
         let e = Settings::new(bad).unwrap_err().to_string();
         assert!(e.contains("quorum"), "{e}");
+        // An expected swarm size means nothing without sampling.
+        let bad = RawSettings { expected_peers: 1000, ..RawSettings::default() };
+        let e = Settings::new(bad).unwrap_err().to_string();
+        assert!(e.contains("expected_peers") && e.contains("contributors"), "{e}");
+        let good = RawSettings { expected_peers: 1000, contributors: 16, ..RawSettings::default() };
+        assert!(Settings::new(good).is_ok());
         // A window too long for the period says how long each is.
         let bad = RawSettings { h: 5, step_ms: 500, grace_cap_ms: 1000, ..RawSettings::default() };
         let e = Settings::new(bad).unwrap_err().to_string();

@@ -83,3 +83,31 @@ fn a_sampled_swarm_converges_with_the_period_s_delay() {
     assert!(sim.agree(), "seed {seed}: {} distinct states", sim.distinct_states(0));
     assert!(loss < 0.03, "seed {seed}: loss {loss:.4} after 60 cycles (from {start:.3})");
 }
+
+#[test]
+fn an_expected_size_samples_the_first_round_too() {
+    // Without `expected_peers`, round 1 takes every peer's delta: at 1,000 peers each
+    // fetches ~1,000 (76 KB); with it, round 1 is sampled at the period 1,000 peers give,
+    // and the first merge's measurement keeps that period.
+    let seed = seed_from_env(7);
+    let (peers, wanted) = (1000, 16);
+    let first_rounds = |expected: usize| {
+        let mut cfg = SimConfig::new(peers, seed).tiny_and_fast();
+        cfg.track_lineage = false;
+        cfg.settings.contributors = wanted;
+        cfg.settings.expected_peers = expected;
+        let mut sim = Sim::new(cfg).unwrap();
+        sim.run_cycles(3);
+        let period = sim.protocol(0).unwrap().state(0).sampling.period;
+        assert!(sim.agree(), "seed {seed}: {} distinct states", sim.distinct_states(0));
+        assert_eq!(sim.stats.offences, Default::default(), "seed {seed}: honest offences");
+        (sim.payload_bytes_per_peer_round(), period, sim.stats.merges)
+    };
+    let (unknown, _, _) = first_rounds(0);
+    let (known, period, merges) = first_rounds(peers);
+    eprintln!("seed {seed}: first 3 rounds, B/peer/round {unknown:.0} unknown, {known:.0} expected");
+    assert!((40..=100).contains(&period), "seed {seed}: period {period}");
+    assert!(merges > 0, "seed {seed}: nothing merged");
+    assert!(known < 2.0 * 76.0 * wanted as f64, "seed {seed}: {known:.0} B/peer/round");
+    assert!(unknown > 10.0 * known, "seed {seed}: {unknown:.0} against {known:.0}");
+}
