@@ -108,4 +108,18 @@ fn main() {
             t * 1e3
         );
     }
+    // What the defences against well-formed poison cost (issue 21): the default merge
+    // against one with no norm clip, no author cap and no agreement weights.
+    let open =
+        merge::Bounds { clip: f64::INFINITY, max_share: f64::INFINITY, trim: 0.2, agree: false };
+    for rule in [MergeRule::Rda, MergeRule::Mean] {
+        let (on, _) = best(3, || merge::combine(&spec, &inputs, rule, &bounds));
+        let (off, _) = best(3, || merge::combine(&spec, &inputs, rule, &open));
+        println!(
+            "merge {rule:?} of {peers} deltas, defences on / off: {:.1} / {:.1} ms ({:+.0}%)",
+            on * 1e3,
+            off * 1e3,
+            (on / off - 1.0) * 100.0
+        );
+    }
 }

@@ -105,7 +105,9 @@ fn an_expected_size_samples_the_first_round_too() {
     };
     let (unknown, _, _) = first_rounds(0);
     let (known, period, merges) = first_rounds(peers);
-    eprintln!("seed {seed}: first 3 rounds, B/peer/round {unknown:.0} unknown, {known:.0} expected");
+    eprintln!(
+        "seed {seed}: first 3 rounds, B/peer/round {unknown:.0} unknown, {known:.0} expected"
+    );
     assert!((40..=100).contains(&period), "seed {seed}: period {period}");
     assert!(merges > 0, "seed {seed}: nothing merged");
     assert!(known < 2.0 * 76.0 * wanted as f64, "seed {seed}: {known:.0} B/peer/round");
