@@ -144,6 +144,7 @@ fn raw_settings(u: &mut Unstructured) -> Result<RawSettings> {
         step_slack: u64e(u)?,
         agreement_weights: u.arbitrary()?,
         contributors: u64e(u)? as usize,
+        expected_peers: u64e(u)? as usize,
     };
     r.encode.block = u64e(u)? as usize;
     // Each field falls back to its default with some probability, so validation passes
@@ -156,7 +157,7 @@ fn raw_settings(u: &mut Unstructured) -> Result<RawSettings> {
           8 merge_lag, 9 max_wait_ms, 10 reconcile_at, 11 fetch_timeout_ms, 12 fetch_attempts,
           13 max_held, 14 max_held_bytes, 15 max_payload_bytes, 16 clip_factor,
           17 max_author_share, 18 trim, 19 step_slack, 20 encode, 21 grace_cap_ms,
-          22 contributors);
+          22 contributors, 23 expected_peers);
     Ok(r)
 }
 
