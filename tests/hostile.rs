@@ -94,18 +94,24 @@ fn one_hostile_peer_cannot_crash_steer_or_take_over_a_swarm() {
     let clean_runs: Vec<Outcome> =
         (0..2).map(|i| run(&tmp.path().join(format!("clean-{i}")), None)).collect();
     let clean: Vec<f64> = clean_runs.iter().map(|o| mean(&o.val_bpb)).collect();
-    let attacked = run(&tmp.path().join("attacked"), Some(Mode::Everything));
-    let (c, a) = (clean.iter().copied().fold(0.0, f64::max), mean(&attacked.val_bpb));
-    eprintln!(
-        "val_bpb clean {clean:?} attacked {:?}; rejected {:?}; banned by {:?}; peak RSS {} KiB",
-        attacked.val_bpb, attacked.rejected, attacked.banned, attacked.peak_rss_kib
-    );
-    assert!(a <= 1.03 * c, "attacked {a:.3} vs clean {c:.3}");
-    for offence in ["inflated_claim", "equivocation", "forged_author"] {
-        assert!(attacked.rejected.get(offence).copied().unwrap_or(0) > 0, "{offence} not seen");
+    let c = clean.iter().copied().fold(0.0, f64::max);
+    // Other counts measure the careful attack only (the provable offences are the suite's).
+    if counts() == (3, 1) {
+        let attacked = run(&tmp.path().join("attacked"), Some(Mode::Everything));
+        let a = mean(&attacked.val_bpb);
+        eprintln!(
+            "val_bpb clean {clean:?} attacked {:?}; rejected {:?}; banned by {:?}; peak RSS {} KiB",
+            attacked.val_bpb, attacked.rejected, attacked.banned, attacked.peak_rss_kib
+        );
+        assert!(a <= 1.03 * c, "attacked {a:.3} vs clean {c:.3}");
+        for offence in ["inflated_claim", "equivocation", "forged_author"] {
+            let seen = attacked.rejected.get(offence).copied().unwrap_or(0);
+            assert!(seen > 0, "{offence} not seen");
+        }
+        assert_eq!(attacked.banned.len(), 3, "every honest peer bans the attacker");
+        assert!(attacked.peak_rss_kib < MAX_RSS_KIB, "peak RSS {} KiB", attacked.peak_rss_kib);
     }
-    assert_eq!(attacked.banned.len(), counts().0, "every honest peer bans the attacker");
-    assert!(attacked.peak_rss_kib < MAX_RSS_KIB, "peak RSS {} KiB", attacked.peak_rss_kib);
+    eprintln!("val_bpb clean {clean:?}");
     // The careful attacker: nothing to ban, its poison merged with no weight (−10× deltas
     // cost a swarm +54% before agreement weights; SECURITY.md).
     let careful_mode = match std::env::var("HOSTILE_ATTACK").as_deref() {
@@ -140,9 +146,16 @@ fn one_hostile_peer_cannot_crash_steer_or_take_over_a_swarm() {
     let zero = careful.attacker_agreement.iter().filter(|&&x| x == 0.0).count();
     let merged = careful.attacker_agreement.len();
     eprintln!(
-        "author-bound attacker: val_bpb {:?}; refusals {:?}; banned by {:?}; weightless in \
-         {zero} of its {merged} merged contributions",
-        careful.val_bpb, careful.refusals, careful.banned
+        "author-bound attacker: val_bpb {:?}; refusals {:?}; refused from it {:?}; banned by \
+         {:?}; weightless in {zero} of its {merged} merged contributions; merges and skipped \
+         rounds {:?} (clean: {:?}, refusals {:?})",
+        careful.val_bpb,
+        careful.refusals,
+        careful.refused_attacker,
+        careful.banned,
+        careful.merges,
+        clean_runs.iter().map(|o| &o.merges).collect::<Vec<_>>(),
+        clean_runs.iter().map(|o| &o.refusals).collect::<Vec<_>>()
     );
     // Its deltas weigh nothing in most merges (a set of two pointing apart is skipped; in
     // a set of three the others' median points against a reversed copy; alone or in a
@@ -165,13 +178,20 @@ fn run(root: &Path, attack: Option<Mode>) -> Outcome {
     let addrs: Vec<Multiaddr> =
         peers.iter_mut().map(|p| p.listen_addr(Duration::from_secs(30)).parse().unwrap()).collect();
     let stop = Arc::new(AtomicBool::new(false));
+    // Colluders know each other: none attacks another's deltas or states.
+    let keys: Vec<_> = (0..identities).map(|k| root.join(format!("attacker_key_{k}"))).collect();
+    let crew: Arc<HashSet<atoll_net::PeerId>> = Arc::new(
+        keys.iter()
+            .map(|k| atoll_net::identity::load_or_create(k).unwrap().public().to_peer_id())
+            .collect(),
+    );
     let attackers: Vec<_> = attack
         .into_iter()
-        .flat_map(|mode| (0..identities).map(move |k| (mode, k)))
-        .map(|(mode, k)| {
-            let (stop, run_id, addrs) = (stop.clone(), run_id(root), addrs.clone());
-            let key_path = root.join(format!("attacker_key_{k}"));
-            std::thread::spawn(move || attacker(addrs, run_id, key_path, stop, mode))
+        .flat_map(|mode| keys.clone().into_iter().map(move |k| (mode, k)))
+        .map(|(mode, key)| {
+            let (stop, run_id, addrs, crew) =
+                (stop.clone(), run_id(root), addrs.clone(), crew.clone());
+            std::thread::spawn(move || attacker(addrs, run_id, key, crew, stop, mode))
         })
         .collect();
     let mut peak_rss_kib = 0;
@@ -247,6 +267,7 @@ fn attacker(
     addrs: Vec<Multiaddr>,
     run_id: [u8; 32],
     key: std::path::PathBuf,
+    crew: Arc<HashSet<atoll_net::PeerId>>,
     stop: Arc<AtomicBool>,
     mode: Mode,
 ) -> String {
@@ -273,6 +294,9 @@ fn attacker(
             let Ok(Some(NetEvent::Announcement { author: Some(author), payload, .. })) = ev else {
                 continue;
             };
+            if crew.contains(&author) {
+                continue;
+            }
             match wire::decode(&payload) {
                 Ok((_, Message::Contribution(c))) if c.origin != a.me => {
                     a.on_delta(author, c).await
