@@ -64,6 +64,9 @@ enum Mode {
     /// signed that it holds is an offence (`unserved`). Run instead of `AuthorBound` with
     /// `HOSTILE_ATTACK=stall` (a measurement).
     Stall,
+    /// Connected, subscribed, and silent: what the attackers' mere presence costs (a
+    /// baseline for the others, `HOSTILE_ATTACK=idle`).
+    Idle,
 }
 
 /// What one swarm run ended with.
@@ -117,10 +120,21 @@ fn one_hostile_peer_cannot_crash_steer_or_take_over_a_swarm() {
     let careful_mode = match std::env::var("HOSTILE_ATTACK").as_deref() {
         Ok("direction") => Mode::Direction,
         Ok("stall") => Mode::Stall,
+        Ok("idle") => Mode::Idle,
         _ => Mode::AuthorBound,
     };
     let careful = run(&tmp.path().join("author-bound"), Some(careful_mode));
     let a = mean(&careful.val_bpb);
+    if careful_mode == Mode::Idle {
+        eprintln!(
+            "idle attackers: val_bpb {:?}; merges and skipped rounds {:?} (clean: {:?})",
+            careful.val_bpb,
+            careful.merges,
+            clean_runs.iter().map(|o| &o.merges).collect::<Vec<_>>()
+        );
+        assert!(careful.attacker_agreement.is_empty(), "a silent attacker's delta merged");
+        return;
+    }
     if careful_mode == Mode::Stall {
         eprintln!(
             "stalling attacker: val_bpb {:?}; refusals {:?}; refused from it {:?}; merges and \
@@ -425,6 +439,9 @@ impl Attack {
         }
         if self.mode == Mode::Direction {
             return self.direction(author, c).await;
+        }
+        if self.mode == Mode::Idle {
+            return;
         }
         if self.mode == Mode::Stall {
             return self.stall(author, c).await;
