@@ -373,12 +373,11 @@ impl Harness {
                 let (from, hash, max_len) =
                     self.fetches.remove(usize::from(idx) % self.fetches.len());
                 let from = if from_other { PeerId(from.0 ^ 1) } else { from };
-                // The transport refuses what exceeds `max_len` and what it does not have.
+                // The transport refuses what exceeds `max_len`; a holder without it denies.
                 match self.library.get(&hash).cloned().or_else(|| self.peer.payload(&hash)) {
                     Some(bytes) if bytes.len() as u64 <= max_len => {
                         self.feed(Event::Fetched { from, hash, bytes })
                     }
-                    // The holder answered that it does not have it.
                     _ => self.feed(Event::FetchFailed { from, hash, denied: vec![from] }),
                 }
             }

@@ -57,7 +57,7 @@ pub(super) fn agreement(spec: &FragmentSpec, inputs: &[Input<'_>], clips: &[Clip
                 keys[i] = total_key(*c);
             }
             // Ascending by value, ties by input: `f64::total_cmp`'s order on integers.
-            ranks(&mut keys, &mut order, &mut rank);
+            ranks(&keys, &mut order, &mut rank);
             for (i, &k) in rank.iter().enumerate() {
                 sorted[k] = column[i];
             }
@@ -99,7 +99,7 @@ pub(super) fn agreement(spec: &FragmentSpec, inputs: &[Input<'_>], clips: &[Clip
 /// Sets `rank[i]` to the position of `keys[i]` in ascending order (ties by index). A
 /// round's few contributions are ranked by counting, without branches (sorting 8 values a
 /// coordinate mispredicted its way to half the merge's time); larger rounds are sorted.
-fn ranks(keys: &mut [i64], order: &mut Vec<(i64, u32)>, rank: &mut [usize]) {
+fn ranks(keys: &[i64], order: &mut Vec<(i64, u32)>, rank: &mut [usize]) {
     if keys.len() <= 32 {
         for (i, &k) in keys.iter().enumerate() {
             let below = keys.iter().map(|&o| u32::from(o < k)).sum::<u32>();
@@ -212,9 +212,9 @@ mod tests {
                     .enumerate()
                     .map(|(i, v)| if i % 5 == 4 { 0.5 } else { *v })
                     .collect();
-                let mut keys: Vec<i64> = column.iter().map(|v| total_key(*v)).collect();
+                let keys: Vec<i64> = column.iter().map(|v| total_key(*v)).collect();
                 let mut rank = vec![0; n];
-                ranks(&mut keys, &mut Vec::new(), &mut rank);
+                ranks(&keys, &mut Vec::new(), &mut rank);
                 let mut order: Vec<usize> = (0..n).collect();
                 order.sort_by(|&a, &b| column[a].total_cmp(&column[b]).then(a.cmp(&b)));
                 let mut want = vec![0; n];
