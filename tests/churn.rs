@@ -105,7 +105,7 @@ fn a_killed_peer_restarts_from_its_run_dir_and_the_swarm_ends_in_agreement() {
         p.assert_alive();
     }
 
-    wait_all_exit(&mut peers, common::deadline_for(steps));
+    wait_all_exit(&mut peers, common::deadline_for(steps, 3));
     assert_same_final_anchors(&peers);
 }
 
@@ -179,6 +179,6 @@ fn a_stalled_peer_does_not_stop_the_others_and_catches_up() {
     peers[2].signal("-CONT");
     peers[2].wait_until("training again", Duration::from_secs(10), |t| t.step > stalled.step);
 
-    wait_all_exit(&mut peers, common::deadline_for(steps));
+    wait_all_exit(&mut peers, common::deadline_for(steps, 3));
     assert_same_final_anchors(&peers);
 }

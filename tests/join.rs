@@ -66,7 +66,8 @@ fn a_peer_given_only_the_join_line_joins_trains_and_agrees() {
     assert_eq!(Manifest::from_bytes(&saved).unwrap(), Manifest::from_bytes(&given).unwrap());
     assert_eq!(t.manifest_id, Manifest::from_bytes(&given).unwrap().run_id().short());
     peers.push(joined);
-    common::wait_all_exit(&mut peers, common::deadline_for(steps));
+    let deadline = common::deadline_for(steps, peers.len());
+    common::wait_all_exit(&mut peers, deadline);
     common::assert_same_final_anchors(&peers);
 }
 

@@ -44,6 +44,7 @@ fn a_late_joiner_takes_the_swarms_anchors_before_its_first_step() {
         p.assert_alive();
     }
     peers.push(late);
-    common::wait_all_exit(&mut peers, common::deadline_for(steps));
+    let deadline = common::deadline_for(steps, peers.len());
+    common::wait_all_exit(&mut peers, deadline);
     common::assert_same_final_anchors(&peers);
 }

@@ -195,7 +195,7 @@ fn a_restarted_peer_resumes_from_disk_and_the_swarm_agrees() {
             .await;
         assert!(t.tokens_at_start > 0, "the restarted peer did not resume from its checkpoint");
         peers[0].wait_until("merges again", Duration::from_secs(30), |t| t.merges >= 3).await;
-        let reports = finish_all(&mut peers, common::deadline_for(steps)).await;
+        let reports = finish_all(&mut peers, common::deadline_for(steps, 3)).await;
         assert!(
             reports.iter().all(|r| r.step == steps),
             "steps {:?}",
@@ -229,7 +229,7 @@ fn a_late_joiner_takes_the_swarms_anchors_then_trains() {
             "started training at rounds {:?} while the swarm was at round {swarm_round}",
             t.join_rounds
         );
-        let reports = finish_all(&mut peers, common::deadline_for(steps)).await;
+        let reports = finish_all(&mut peers, common::deadline_for(steps, 3)).await;
         assert_agreement(&swarm, &peers, &reports);
     });
 }
@@ -259,7 +259,7 @@ fn a_healed_partition_ends_in_agreement() {
         }
         assert_ne!(sides[0], sides[2], "the two sides of the partition did not diverge");
         swarm.heal();
-        let reports = finish_all(&mut peers, common::deadline_for(steps)).await;
+        let reports = finish_all(&mut peers, common::deadline_for(steps, 3)).await;
         assert_agreement(&swarm, &peers, &reports);
     });
 }

@@ -27,14 +27,15 @@ fn a_sampled_swarm_publishes_every_other_round_and_agrees() {
     let steps = common::steps_for(Duration::from_secs(12));
     let until = [Until::Steps(steps); 6];
     let mut peers = swarm_of(tmp.path(), &manifest, &until, |_, s| s);
+    let deadline = common::deadline_for(steps, peers.len());
     // Six contributing peers, two wanted a round: every fragment's period becomes 3, or 2
     // where late deltas make the swarm look smaller (while they train; once they stop,
     // merges thin out and so does the estimate).
-    let sampled = peers[0].wait_until("period 2+", common::deadline_for(steps), |t| {
+    let sampled = peers[0].wait_until("period 2+", deadline, |t| {
         !t.period.is_empty() && t.period.iter().all(|&k| k >= 2)
     });
     assert!(!sampled.trained, "peer 0 finished training before its periods reached 2");
-    wait_all_exit(&mut peers, common::deadline_for(steps));
+    wait_all_exit(&mut peers, deadline);
     assert_same_final_anchors(&peers);
     let (mut published, mut banked) = (0, 0);
     for p in &peers {

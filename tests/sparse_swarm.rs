@@ -28,7 +28,8 @@ fn swarm_with_codec(name: &str, encode: EncodeOptions) -> (f64, u64) {
     let steps = common::steps_for(Duration::from_secs(10));
     let until = [Until::Steps(steps); 3];
     let mut peers = swarm_of(tmp.path(), &manifest, &until, |_, s| s);
-    wait_all_exit(&mut peers, common::deadline_for(steps));
+    let deadline = common::deadline_for(steps, peers.len());
+    wait_all_exit(&mut peers, deadline);
     assert_same_final_anchors(&peers);
     let (mut most, mut published, mut delta_bytes) = (0, 0, 0);
     for p in &peers {

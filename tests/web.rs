@@ -311,7 +311,7 @@ fn the_status_page_shows_a_live_swarm_in_chromium() {
 
     // Peer 0 reaches its target and stays, merging peer 1's deltas: its numbers are frozen,
     // so a second load must show exactly what status.json says.
-    let t = peers[0].wait_until("peer 0 trained", common::deadline_for(steps), |t| t.trained);
+    let t = peers[0].wait_until("peer 0 trained", common::deadline_for(steps, 2), |t| t.trained);
     let dom = dump_dom(&chromium, tmp.path(), &url, Duration::from_secs(2));
     let step2: u64 = num(&dom, "atoll", "data-step");
     assert_eq!(step2, steps, "the page did not update to the final step");

@@ -42,11 +42,15 @@ pub fn steps_for(d: Duration) -> u64 {
     (d.as_millis() as u64).div_ceil(STEP_MS)
 }
 
-/// How long `steps` steps may take before a wait on them fails: six times the floor (a
-/// machine several times slower than the floor's rate, or peers slowed with
-/// [`SLOWDOWN_ENV`]), plus a minute for start-up and the finish.
-pub fn deadline_for(steps: u64) -> Duration {
-    Duration::from_millis(steps * STEP_MS * 6) + Duration::from_secs(60)
+/// How long `steps` steps of `peers` peers sharing this machine may take before a wait on
+/// them fails: six times the floor (a machine several times slower than the floor's rate, or
+/// peers slowed with [`SLOWDOWN_ENV`]), times the peers per core (each gets that share of
+/// the CPU once the floor no longer binds: 6 peers on 2 cores ran at 12× the floor in CI,
+/// against 4× here), plus a minute for start-up and the finish.
+pub fn deadline_for(steps: u64, peers: usize) -> Duration {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let per_core = peers.div_ceil(cores).max(1) as u64;
+    Duration::from_millis(steps * STEP_MS * 6 * per_core) + Duration::from_secs(60)
 }
 
 /// `ATOLL_TEST_SLOWDOWN`, when set: the factor every test peer is slowed by.
