@@ -3,6 +3,7 @@
 
 use super::core::Protocol;
 use super::evidence::Evidence;
+use super::fasthash::FastSet;
 use super::fetch::Kind;
 use super::io::{Offence, Output};
 use super::schedule::Millis;
@@ -103,9 +104,24 @@ impl Protocol {
             ));
             return;
         }
+        // A recipe that lacks only deltas still on their way (the late ones this peer's
+        // merge missed) is tried again when they land: a fetched state would arrive no
+        // sooner, at 8 bytes a parameter.
+        if let Some(missing) = lane.recipe_missing(leader.hash, leader.round) {
+            let flying: FastSet<u64> = self
+                .in_flight
+                .iter()
+                .filter(|(_, f)| f.fragment == p && matches!(f.kind, Kind::Delta { .. }))
+                .map(|(h, _)| h.short())
+                .collect();
+            if !missing.is_empty() && missing.iter().all(|id| flying.contains(id)) {
+                self.lanes[p].recipe_wait = Some(leader.hash);
+                return;
+            }
+        }
         // A recipe that did not give the state (false, or a delta not here) is not tried
         // again: the state is fetched.
-        self.lanes[p].recipes.remove(&leader.hash);
+        self.lanes[p].drop_recipes(leader.hash);
         let mut sources: Vec<PeerId> =
             leader.holders.into_iter().filter(|&h| h != self.me).collect();
         if sources.is_empty() {
@@ -144,8 +160,7 @@ impl Protocol {
             let detail = format!("state of round {} voted as round {voted_round}", state.round);
             return self.reject(from, hash, Offence::BadState, detail, out);
         }
-        // A state older than ours is outdated by now; the next check will look again.
-        if state.round < lane.state.round || hash == lane.state_hash {
+        if hash == lane.state_hash {
             return;
         }
         let done = lane.state.round.max(lane.closed_round);
@@ -174,6 +189,16 @@ impl Protocol {
                 return;
             }
             Evidence::Unverifiable => {}
+        }
+        // A state older than ours came too late to adopt (this peer merged a later round
+        // on its own lineage meanwhile). The swarm's next state names it as its parent, so
+        // it is kept, checked as an adoption would be, to recompute that one from its
+        // recipe rather than chase the swarm a fetch behind for good.
+        if state.round < lane.state.round {
+            if lane.overtaken.as_ref().is_none_or(|(_, s)| s.round < state.round) {
+                lane.overtaken = Some((hash, state));
+            }
+            return;
         }
         // The fetched bytes are the state's wire form: their hash was checked on arrival.
         out.extend(lane.adopt(self.me, state, hash, bytes, &self.settings, &mut self.metrics));

@@ -14,7 +14,7 @@
 //! swarm's recomputes the swarm's state from the deltas it holds instead of downloading
 //! the fragment's anchor and momentum (8 bytes per parameter).
 
-use super::fasthash::FastMap;
+use super::fasthash::{FastMap, FastSet};
 use super::held::{self, merge_inputs};
 use super::lane::Lane;
 use super::merge;
@@ -34,9 +34,6 @@ pub(crate) enum Evidence {
     /// This peer lacks the parent or a listed delta.
     Unverifiable,
 }
-
-/// Most recipes a fragment keeps (only credited voters' count; see `Lane::note_recipe`).
-const MAX_RECIPES: usize = 256;
 
 impl Lane {
     /// Recomputes `new` (whose hash is `hash`) from its parent and contributions, if this
@@ -76,14 +73,34 @@ impl Lane {
 
     /// Keeps the recipe `from` announced for state `hash` of `round`, if `from` is a
     /// credited voter (fresh identities cannot fill the table) and the recipe is well
-    /// formed; the first one heard for a hash stays. A false recipe costs the fetch it
-    /// was meant to save, nothing more: a recomputed state counts only if it hashes right.
+    /// formed. Like its vote, only a voter's latest recipe is kept, so the table holds at
+    /// most one per credited voter however many states a round splits into (a table of
+    /// 256 by hash filled up at 64 peers, and every state after it was fetched). A false
+    /// recipe costs the fetch it was meant to save, nothing more: a recomputed state
+    /// counts only if it hashes right.
     pub fn note_recipe(&mut self, from: PeerId, hash: ContentHash, round: u64, recipe: Recipe) {
         let sorted = recipe.merged.windows(2).all(|w| w[0] < w[1]);
-        let fits = recipe.merged.len() <= MAX_RECIPE_IDS && self.recipes.len() < MAX_RECIPES;
-        if sorted && fits && round > 0 && self.votes.counts(&from) {
-            self.recipes.entry(hash).or_insert((round, recipe));
+        let fits = recipe.merged.len() <= MAX_RECIPE_IDS;
+        let room = self.recipes.len() < self.votes.capacity() || self.recipes.contains_key(&from);
+        let newer = self.recipes.get(&from).is_none_or(|(_, r, _)| *r <= round);
+        if sorted && fits && room && newer && round > 0 && self.votes.counts(&from) {
+            self.recipes.insert(from, (hash, round, recipe));
         }
+    }
+
+    /// The recipe heard for state `hash` of `round` (from the smallest voter id, when
+    /// several announced it: the same choice on every run).
+    pub(super) fn recipe_for(&self, hash: ContentHash, round: u64) -> Option<&Recipe> {
+        self.recipes
+            .iter()
+            .filter(|(_, (h, r, _))| *h == hash && *r == round)
+            .min_by_key(|(voter, _)| **voter)
+            .map(|(_, (_, _, recipe))| recipe)
+    }
+
+    /// Forgets every recipe heard for state `hash` (one did not give it).
+    pub fn drop_recipes(&mut self, hash: ContentHash) {
+        self.recipes.retain(|_, (h, _, _)| *h != hash);
     }
 
     /// State `hash` of `round`, recomputed from the recipe heard for it, when this peer
@@ -96,7 +113,7 @@ impl Lane {
         settings: &Settings,
         limits: &Limits,
     ) -> Option<(FragmentState, Bytes)> {
-        let (r, recipe) = self.recipes.get(&hash).filter(|(r, _)| *r == round)?;
+        let recipe = self.recipe_for(hash, round)?;
         // A recipe names contributions by 8-byte ids (it must fit one gossip message); an id
         // two held deltas share is ambiguous, and the recipe is not used.
         let mut by_short: FastMap<u64, Option<ContentHash>> = FastMap::default();
@@ -109,9 +126,30 @@ impl Lane {
             .map(|id| by_short.get(id).copied().flatten())
             .collect::<Option<_>>()?;
         listed.sort_unstable();
-        let redone = self.redo(recipe.parent, *r, &listed, settings, limits).ok()?;
+        let redone = self.redo(recipe.parent, round, &listed, settings, limits).ok()?;
         let bytes = redone.to_bytes();
         (ContentHash::of(&bytes) == hash).then(|| (redone, bytes.into()))
+    }
+
+    /// The short ids of the contributions that the recipe heard for state `hash` of
+    /// `round` lists and this peer does not hold, when it holds the recipe's parent; `None`
+    /// without a recipe or a parent.
+    pub fn recipe_missing(&self, hash: ContentHash, round: u64) -> Option<Vec<u64>> {
+        let recipe = self.recipe_for(hash, round)?;
+        self.base(recipe.parent)?;
+        let held: FastSet<u64> = self.held.keys().map(ContentHash::short).collect();
+        Some(recipe.merged.iter().copied().filter(|id| !held.contains(id)).collect())
+    }
+
+    /// The state named `parent`, if this peer holds it: its own, the one before its latest
+    /// merge or adoption, or one that arrived too late to adopt.
+    fn base(&self, parent: ContentHash) -> Option<&FragmentState> {
+        if parent == self.state_hash {
+            return Some(&self.state);
+        }
+        [&self.prior, &self.overtaken]
+            .into_iter()
+            .find_map(|s| s.as_ref().filter(|(h, _)| *h == parent).map(|(_, s)| s))
     }
 
     /// The state of `round` that merging the contributions `listed` (sorted) on state
@@ -125,12 +163,7 @@ impl Lane {
         settings: &Settings,
         limits: &Limits,
     ) -> Result<FragmentState, Evidence> {
-        let base = if parent == self.state_hash {
-            Some(&self.state)
-        } else {
-            self.prior.as_ref().filter(|(h, _)| *h == parent).map(|(_, s)| s)
-        };
-        let Some(base) = base else { return Err(Evidence::Unverifiable) };
+        let Some(base) = self.base(parent) else { return Err(Evidence::Unverifiable) };
         if !listed.iter().all(|h| self.held.contains_key(h)) {
             return Err(Evidence::Unverifiable);
         }

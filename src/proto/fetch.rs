@@ -73,13 +73,22 @@ impl Protocol {
     /// for two periods, a delta as a state. Every holder was tried: a re-announcement of
     /// the same bytes is no news, and an author that announces and never serves would
     /// otherwise hold a fetch (and its announced size of the byte budget) each time.
-    pub(super) fn give_up(&mut self, hash: ContentHash, now: Millis) {
+    pub(super) fn give_up(&mut self, hash: ContentHash, now: Millis, out: &mut Vec<Output>) {
         let Some(f) = self.end_fetch(&hash) else { return };
-        if let Kind::State { .. } = f.kind {
-            self.lanes[f.fragment].state_fetch = None;
-        }
         self.block(hash, now.saturating_add(2 * self.settings.period_ms()));
         self.metrics.fetch_failures += 1;
+        match f.kind {
+            Kind::State { .. } => self.lanes[f.fragment].state_fetch = None,
+            Kind::Delta { .. } => self.delta_fetch_ended(f.fragment, now, out),
+        }
+    }
+
+    /// A delta fetch of fragment `p` ended (arrived or given up): a reconciliation that
+    /// waited for the deltas in flight to recompute the swarm's state goes on.
+    fn delta_fetch_ended(&mut self, p: usize, now: Millis, out: &mut Vec<Output>) {
+        if self.lanes[p].recipe_wait.take().is_some() {
+            self.reconcile(p, now, out);
+        }
     }
 
     /// No holder delivered `hash`. An author that signed an announcement of a delta and
@@ -109,7 +118,7 @@ impl Protocol {
             let detail = format!("announced delta {hash}, then said it does not hold it");
             misbehaved(out, author, Offence::Unserved, detail);
         }
-        self.give_up(hash, now)
+        self.give_up(hash, now, out)
     }
 
     /// Removes a fetch from the table, releasing the bytes it held in the budget.
@@ -139,8 +148,8 @@ impl Protocol {
             self.in_flight.iter().filter(|(_, f)| f.deadline <= now).map(|(h, _)| *h).collect();
         expired.sort_unstable();
         for hash in expired {
-            self.give_up(hash, now);
             out.push(Output::CancelFetch { hash });
+            self.give_up(hash, now, out);
         }
         if !self.in_flight.is_empty() && self.sweep_at.is_none() {
             self.arm_sweep(now, out);
@@ -162,7 +171,7 @@ impl Protocol {
             let detail = "payload does not match its hash".to_string();
             misbehaved(out, from, Offence::BadPayload, detail);
             self.metrics.rejected += 1;
-            return self.give_up(hash, now);
+            return self.give_up(hash, now, out);
         }
         let Some(f) = self.end_fetch(&hash) else { return };
         let counter = match f.kind {
@@ -171,7 +180,10 @@ impl Protocol {
         };
         *counter += bytes.len() as u64;
         match f.kind {
-            Kind::Delta { .. } => self.accept_delta(from, hash, bytes, &f, now, out),
+            Kind::Delta { .. } => {
+                self.accept_delta(from, hash, bytes, &f, now, out);
+                self.delta_fetch_ended(f.fragment, now, out);
+            }
             Kind::State { round } => {
                 self.accept_state(from, hash, bytes, f.fragment, round, now, out)
             }

@@ -64,8 +64,16 @@ pub(crate) struct Lane {
     /// The state held before the latest merge or adoption, with its hash: the parent a
     /// competing state of the same round names, checked against (src/proto/evidence.rs).
     pub prior: Option<(ContentHash, FragmentState)>,
-    /// Recipes credited voters announced, by state hash, with the state's round.
-    pub recipes: FastMap<ContentHash, (u64, super::Recipe)>,
+    /// A state fetched for adoption that arrived after this peer had merged a later round
+    /// on its own lineage, with its hash: too old to adopt, but the parent the swarm's
+    /// next state names, so that state is recomputed from its recipe instead of fetched
+    /// too late again (src/proto/evidence.rs). Dropped at the next adoption.
+    pub overtaken: Option<(ContentHash, FragmentState)>,
+    /// The swarm's state whose recipe lacks only deltas still in flight here: the
+    /// reconciliation waits for them (src/proto/catchup.rs) instead of fetching the state.
+    pub recipe_wait: Option<ContentHash>,
+    /// The latest recipe each credited voter announced, with its state's hash and round.
+    pub recipes: FastMap<PeerId, (ContentHash, u64, super::Recipe)>,
 }
 
 impl Lane {
@@ -88,6 +96,8 @@ impl Lane {
             last_snapshot_at: None,
             closed_round: 0,
             prior: None,
+            overtaken: None,
+            recipe_wait: None,
             recipes: FastMap::default(),
         }
     }
@@ -296,7 +306,7 @@ impl Lane {
         self.claims.retain(|(_, r), _| !w.stale(*r, round));
         self.equivocators.retain(|(_, r)| !w.stale(*r, round));
         self.votes.prune(round.saturating_sub(w.log_rounds()), self.state.sampling.period);
-        self.recipes.retain(|_, (r, _)| r.saturating_add(w.log_rounds()) >= round);
+        self.recipes.retain(|_, (_, r, _)| r.saturating_add(w.log_rounds()) >= round);
     }
 
     /// Marks held deltas that `new` already merged as merged, and re-queues those this peer
@@ -353,6 +363,7 @@ impl Lane {
             }
         }
         self.prior = Some((self.state_hash, std::mem::replace(&mut self.state, new)));
+        self.overtaken = None;
         self.state_hash = hash;
         self.state_bytes = bytes;
         self.votes.record(me, self.state.round, hash);

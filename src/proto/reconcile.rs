@@ -75,6 +75,11 @@ impl Votes {
     }
 
     /// Whether `peer`'s votes count: ours always, others' while their credit is current.
+    /// Most credits (and voters' recipes) kept.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
     pub fn counts(&self, peer: &PeerId) -> bool {
         *peer == self.me || self.credits.get(peer).is_some_and(|&r| self.current(r))
     }

@@ -2,6 +2,7 @@
 //! discrete-event network. One test binary, one module per property; `SEED=n` replays a
 //! failure, `cargo test --test simulator byzantine::` runs one module.
 
+mod adoptions;
 mod agreement;
 mod byzantine;
 mod grace_cap;

@@ -53,18 +53,32 @@ fn vote_and_serve(
 fn merged_round_one(me: u64, others: &[(u64, f32)]) -> Protocol {
     let mut p = peer(me, 0);
     p.start(0);
-    p.handle(Event::Timer(Timer::Open { fragment: 0, round: 1 }), 1000);
-    // Nothing trained: the peer merges the others' deltas only.
-    let params = p.state(0).anchor.clone();
-    p.handle(Event::Snapshot { fragment: 0, round: 1, params, tokens: 0, steps: 0 }, 1000);
-    for &(author, value) in others {
-        let (c, bytes) = delta_by(author, 1, value);
-        let from = PeerId(author);
-        p.handle(Event::Message { from, msg: Message::Contribution(c.clone()) }, 1001);
-        p.handle(Event::Fetched { from, hash: c.hash, bytes }, 1001);
-    }
-    p.handle(Event::Timer(Timer::Close { fragment: 0, round: 1 }), 1100);
+    merge_round(&mut p, 1, others);
     p
+}
+
+/// `p` merges round `round` of fragment 0 (open at `round` s) from that round's deltas of
+/// `others`; nothing trained, so nothing of its own.
+fn merge_round(p: &mut Protocol, round: u64, others: &[(u64, f32)]) {
+    let t = round * 1000;
+    p.handle(Event::Timer(Timer::Open { fragment: 0, round }), t);
+    let params = p.state(0).anchor.clone();
+    p.handle(Event::Snapshot { fragment: 0, round, params, tokens: 0, steps: 0 }, t);
+    for &(author, value) in others {
+        let (c, bytes) = delta_by(author, round, value);
+        let from = PeerId(author);
+        p.handle(Event::Message { from, msg: Message::Contribution(c.clone()) }, t + 1);
+        p.handle(Event::Fetched { from, hash: c.hash, bytes }, t + 1);
+    }
+    p.handle(Event::Timer(Timer::Close { fragment: 0, round }), t + 100);
+}
+
+/// The recipe a peer holding `state` announces with it.
+fn recipe_of(state: &FragmentState) -> Recipe {
+    let (_, ids) = state.log.back().unwrap();
+    let mut merged: Vec<u64> = ids.iter().map(ContentHash::short).collect();
+    merged.sort_unstable();
+    Recipe { parent: state.parent, merged }
 }
 
 /// Peer 4's round-1 delta reaches `p` after its merge; returns its announcement.
@@ -237,4 +251,86 @@ fn a_state_nobody_can_recompute_needs_half_the_voters() {
     let out = vote_and_serve(&mut p, &[4], &x, now + 1_100);
     assert!(offences(&out).is_empty());
     assert_eq!(p.state(0), &x, "a backed state was not adopted");
+}
+
+#[test]
+fn a_recipe_short_of_a_delta_in_flight_waits_for_it_instead_of_fetching_the_state() {
+    let theirs = merged_round_one(7, &[(2, 0.1), (3, 0.2), (4, 0.3)]).state(0).clone();
+    for lands in [true, false] {
+        let mut p = merged_round_one(1, &[(2, 0.1), (3, 0.2)]);
+        // Peer 4's delta is announced after the merge and still on its way when
+        // reconciliation finds the swarm's state lists it.
+        let (c, bytes) = delta_by(4, 1, 0.3);
+        let msg = Message::Contribution(c.clone());
+        let out = p.handle(Event::Message { from: PeerId(4), msg }, 1150);
+        assert_eq!(fetched(&out), Some(c.hash));
+        let out = announce_with_recipe(&mut p, &[2, 3, 4], &theirs, recipe_of(&theirs), 1200);
+        assert_eq!(fetched(&out), None, "fetched the state while the delta was on its way");
+        let from = PeerId(4);
+        let out = if lands {
+            p.handle(Event::Fetched { from, hash: c.hash, bytes }, 1250)
+        } else {
+            p.handle(Event::FetchFailed { from, hash: c.hash, denied: vec![] }, 1250)
+        };
+        if lands {
+            assert_eq!(fetched(&out), None);
+            assert_eq!(p.state(0), &theirs, "the recomputed state was not adopted");
+            assert_eq!((p.metrics().recomputed, p.metrics().adoptions), (1, 1));
+        } else {
+            // The delta will not come: the state is fetched after all.
+            assert_eq!(fetched(&out), Some(theirs.hash()));
+            assert_eq!(p.metrics().adoptions, 0);
+        }
+    }
+}
+
+#[test]
+fn a_state_fetched_too_late_to_adopt_is_the_parent_the_next_one_is_recomputed_from() {
+    // The swarm (peer 7) merged all three round-1 deltas; peer 1 merged two and fetches
+    // the swarm's state, which arrives only after it merged round 2 on its own lineage.
+    let mut q = merged_round_one(7, &[(2, 0.1), (3, 0.2), (4, 0.3)]);
+    let theirs1 = q.state(0).clone();
+    let mut p = merged_round_one(1, &[(2, 0.1), (3, 0.2)]);
+    let out = announce_with_recipe(&mut p, &[2, 3, 4], &theirs1, recipe_of(&theirs1), 1200);
+    assert_eq!(fetched(&out), Some(theirs1.hash()), "the state could not be recomputed");
+    let round_two = [(2, 0.4), (3, 0.5)];
+    merge_round(&mut p, 2, &round_two);
+    merge_round(&mut q, 2, &round_two);
+    assert_eq!(p.state(0).round, 2);
+    let (from, hash, bytes) = (PeerId(2), theirs1.hash(), theirs1.to_bytes().into());
+    p.handle(Event::Fetched { from, hash, bytes }, 2150);
+    assert_eq!(p.metrics().adoptions, 0, "a state older than its own was adopted");
+
+    // The swarm's round-2 state names the late one as its parent: recomputed, not fetched.
+    let theirs2 = q.state(0).clone();
+    assert_eq!(theirs2.parent, theirs1.hash());
+    let out = announce_with_recipe(&mut p, &[2, 3, 4], &theirs2, recipe_of(&theirs2), 2200);
+    assert_eq!(fetched(&out), None, "the state was fetched though its parent arrived");
+    assert_eq!(p.state(0), &theirs2);
+    assert_eq!((p.metrics().recomputed, p.metrics().adoptions), (1, 1));
+}
+
+#[test]
+fn every_credited_voter_keeps_its_latest_recipe_however_many_states_a_round_splits_into() {
+    let mut p = peer(1, 0);
+    p.start(0);
+    let lane = &mut p.lanes[0];
+    let recipe = |i: u64| Recipe { parent: ContentHash::of(&i.to_le_bytes()), merged: vec![i] };
+    let state = |i: u64| ContentHash::of(format!("state {i}").as_bytes());
+    // 300 voters, each on a state of its own (a table of 256 by hash refused the rest).
+    for v in 100..400 {
+        lane.votes.credit(PeerId(v), 1);
+        lane.note_recipe(PeerId(v), state(v), 1, recipe(v));
+    }
+    assert_eq!(lane.recipe_for(state(399), 1), Some(&recipe(399)));
+    // A voter's next recipe replaces its last, so one voter cannot fill the table; an
+    // older one does not come back.
+    lane.note_recipe(PeerId(100), state(1000), 2, recipe(1000));
+    lane.note_recipe(PeerId(100), state(100), 1, recipe(100));
+    assert_eq!(lane.recipes.len(), 300);
+    assert_eq!(lane.recipe_for(state(100), 1), None);
+    assert_eq!(lane.recipe_for(state(1000), 2), Some(&recipe(1000)));
+    // An uncredited voter's recipe is not kept.
+    lane.note_recipe(PeerId(5000), state(5000), 1, recipe(5000));
+    assert_eq!(lane.recipe_for(state(5000), 1), None);
 }
