@@ -188,6 +188,18 @@ impl NetClient {
         self.lock_store().contains(hash)
     }
 
+    /// Keeps a stored blob from eviction (`pinned`) or lets it go again; false when it
+    /// cannot be pinned (see [`crate::blob::BlobStore::pin`]).
+    pub fn pin_blob(&self, hash: &BlobHash, pinned: bool) -> bool {
+        let mut store = self.lock_store();
+        if pinned {
+            store.pin(hash)
+        } else {
+            store.unpin(hash);
+            true
+        }
+    }
+
     /// Fetches a blob: from the local store if there, else from `sources` (tried first) and
     /// the connected run peers, several at once, each chunk verified. The blob is stored
     /// locally afterwards, so this node serves it too.

@@ -46,16 +46,20 @@ impl<N: super::Network> Loop<N> {
                 }
                 Output::Publish { msg, payload } => {
                     let mine = self.peer.protocol().me();
-                    match &msg {
+                    let own = match &msg {
                         // A new delta of ours moved the fragment's residual on: keep it with
                         // the anchors, so a restart continues it.
                         Message::Contribution(a) if a.origin == mine => {
                             let residual = self.peer.protocol().residual(a.fragment as usize);
                             self.disk.save_residual(a.fragment, residual.to_vec());
+                            Some(BlobHash(a.hash.0))
                         }
-                        _ => {}
+                        _ => None,
+                    };
+                    self.publish(msg, payload);
+                    if let Some(hash) = own {
+                        self.keep_own(hash);
                     }
-                    self.publish(msg, payload)
                 }
                 Output::Fetch { hash, holders, max_len, deadline } => {
                     self.fetch(hash, &holders, max_len, deadline)
@@ -124,6 +128,29 @@ impl<N: super::Network> Loop<N> {
                 tracing::debug!(error = %e, "announcement not published");
             }
         });
+    }
+
+    /// Pins this peer's new delta in the payload store while others may still fetch it:
+    /// an author that answers "not here" for a delta it announced is struck (`unserved`),
+    /// so a least-recently-used store filling up in a busy round must not drop it. A delta
+    /// is merged within `max_lateness` rounds of its own and a peer makes at most one per
+    /// fragment round, so the last `fragments × (max_lateness + 2)` stay pinned.
+    fn keep_own(&mut self, hash: BlobHash) {
+        if self.own.contains(&hash) {
+            return; // re-announced
+        }
+        if !self.net.pin_blob(&hash, true) {
+            tracing::warn!(%hash, "cannot keep an own delta from eviction: the payload store is too small");
+            return;
+        }
+        let raw = self.peer.protocol().settings().raw();
+        let keep = raw.fragments.saturating_mul(raw.max_lateness as usize + 2);
+        self.own.push_back(hash);
+        while self.own.len() > keep {
+            if let Some(old) = self.own.pop_front() {
+                self.net.pin_blob(&old, false);
+            }
+        }
     }
 
     /// Fetches `hash` from its holders, all at once: atoll-net spreads the chunks over

@@ -19,6 +19,11 @@ pub trait Network: Clone + Send + Sync + 'static {
     fn put_blob(&self, data: Bytes) -> Result<(), NetError>;
     /// True if a payload with this hash is kept already (stored, or fetched earlier).
     fn has_blob(&self, hash: &BlobHash) -> bool;
+    /// Keeps a stored payload from eviction (`pinned`) or lets it go again; false when it
+    /// cannot be kept. A network that never evicts has nothing to do.
+    fn pin_blob(&self, _hash: &BlobHash, _pinned: bool) -> bool {
+        true
+    }
     /// Gossips an announcement to the run's peers.
     fn publish(&self, payload: Vec<u8>) -> impl Future<Output = Result<(), NetError>> + Send;
     /// Gossips this peer's heartbeat (see [`crate::heartbeat`]) to the run's peers.
@@ -52,6 +57,10 @@ impl Network for NetClient {
 
     fn has_blob(&self, hash: &BlobHash) -> bool {
         NetClient::has_blob(self, hash)
+    }
+
+    fn pin_blob(&self, hash: &BlobHash, pinned: bool) -> bool {
+        NetClient::pin_blob(self, hash, pinned)
     }
 
     fn publish(&self, payload: Vec<u8>) -> impl Future<Output = Result<(), NetError>> + Send {

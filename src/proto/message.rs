@@ -54,8 +54,11 @@ pub struct StateAnnounce {
     pub recipe: Option<Recipe>,
 }
 
-/// Most contributions a [`Recipe`] lists (a message stays under [`MAX_MESSAGE_BYTES`]).
-pub const MAX_RECIPE_IDS: usize = 64;
+/// Most contributions a [`Recipe`] lists: a state announcement with that many of the
+/// longest ids stays under [`MAX_MESSAGE_BYTES`] (checked by a test). Raised from 64, which
+/// a 64-peer swarm's merges outgrow with their late deltas; a peer with the older bound
+/// ignores a longer recipe, as it ignores any it cannot use.
+pub const MAX_RECIPE_IDS: usize = 160;
 
 /// A state's parent and the short ids (sorted) of the contributions its last merge took.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -153,6 +156,23 @@ mod tests {
         let v2 = String::from_utf8(bytes).unwrap().replace("\"v\":1", "\"v\":2");
         assert_eq!(decode_message(v2.as_bytes()), Err(MessageError::Version(2)));
         assert!(matches!(decode_message(&[b' '; 5000]), Err(MessageError::TooLarge(_))));
+    }
+
+    #[test]
+    fn the_longest_recipe_fits_a_message() {
+        let m = Message::State(StateAnnounce {
+            fragment: u32::MAX,
+            round: u64::MAX,
+            hash: ContentHash::of(b"s"),
+            size: u64::MAX,
+            recipe: Some(Recipe {
+                parent: ContentHash::of(b"p"),
+                merged: (0..MAX_RECIPE_IDS as u64).map(|i| u64::MAX - i).rev().collect(),
+            }),
+        });
+        let bytes = encode_message(&m);
+        assert!(bytes.len() <= MAX_MESSAGE_BYTES, "{} bytes", bytes.len());
+        assert_eq!(decode_message(&bytes).unwrap(), m);
     }
 
     proptest! {

@@ -31,7 +31,7 @@ fn most_adoptions_at_64_peers_are_recomputed_not_fetched() {
         recomputed as f64 / 3.0 / peers as f64,
     );
     // Recipes keyed by state hash (a table of 256) filled up here and only 43% were
-    // recomputed; one recipe per credited voter gives 62%. The rest are merges too large
-    // for a recipe (over 64 contributions with the late ones).
-    assert!(2 * recomputed >= adoptions, "{recomputed} of {adoptions} adoptions recomputed");
+    // recomputed; one recipe per credited voter gave 62%, and recipes of up to 160
+    // contributions (64 before: merges with their late deltas outgrow that) 92%.
+    assert!(5 * recomputed >= 4 * adoptions, "{recomputed} of {adoptions} adoptions recomputed");
 }

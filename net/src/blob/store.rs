@@ -4,7 +4,7 @@
 //! served for a few rounds and then superseded; the trainer keeps its own checkpoints on disk.
 //! The budget bounds memory; the least recently used blob goes first.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -29,8 +29,11 @@ pub struct BlobStore {
     /// Monotonic use counter (not a clock: deterministic and cheap).
     tick: u64,
     entries: HashMap<BlobHash, Entry>,
-    /// Least recently used first.
+    /// Least recently used first; pinned blobs are not in it, so never evicted.
     by_use: BTreeMap<u64, BlobHash>,
+    pinned: HashSet<BlobHash>,
+    /// Bytes of the pinned blobs: at most half the budget, so the rest still turns over.
+    pinned_bytes: u64,
     /// Size of the largest blob held (the uploads' fair share is a multiple of it).
     largest: u64,
 }
@@ -44,6 +47,8 @@ impl BlobStore {
             tick: 0,
             entries: HashMap::new(),
             by_use: BTreeMap::new(),
+            pinned: HashSet::new(),
+            pinned_bytes: 0,
             largest: 0,
         }
     }
@@ -60,8 +65,10 @@ impl BlobStore {
         if size > MAX_BLOB_SIZE {
             return Err(StoreError::OverMaxBlobSize { size, max: MAX_BLOB_SIZE });
         }
-        if size > self.budget {
-            return Err(StoreError::TooLarge { size, budget: self.budget });
+        // Evicting every unpinned blob makes room for anything up to what pins leave.
+        let room = self.budget - self.pinned_bytes;
+        if size > room {
+            return Err(StoreError::TooLarge { size, budget: room });
         }
         if self.entries.contains_key(&hash) {
             self.touch(&hash);
@@ -104,6 +111,9 @@ impl BlobStore {
         match self.entries.remove(hash) {
             Some(e) => {
                 self.by_use.remove(&e.last_used);
+                if self.pinned.remove(hash) {
+                    self.pinned_bytes -= e.data.len() as u64;
+                }
                 self.used -= e.data.len() as u64;
                 if e.data.len() as u64 >= self.largest {
                     self.recompute_largest();
@@ -111,6 +121,36 @@ impl BlobStore {
                 true
             }
             None => false,
+        }
+    }
+
+    /// Keeps a stored blob from eviction until [`BlobStore::unpin`]: a peer's own payloads
+    /// must stay servable while others may still ask for them, however much it fetches
+    /// meanwhile. False when the blob is not here, or pinning it would hold more than half
+    /// the budget.
+    pub fn pin(&mut self, hash: &BlobHash) -> bool {
+        if self.pinned.contains(hash) {
+            return true;
+        }
+        let Some(e) = self.entries.get(hash) else { return false };
+        let size = e.data.len() as u64;
+        if self.pinned_bytes + size > self.budget / 2 {
+            return false;
+        }
+        self.by_use.remove(&e.last_used);
+        self.pinned.insert(*hash);
+        self.pinned_bytes += size;
+        true
+    }
+
+    /// Lets a pinned blob be evicted again (as recently used as when last read).
+    pub fn unpin(&mut self, hash: &BlobHash) {
+        if !self.pinned.remove(hash) {
+            return;
+        }
+        if let Some(e) = self.entries.get(hash) {
+            self.pinned_bytes -= e.data.len() as u64;
+            self.by_use.insert(e.last_used, *hash);
         }
     }
 
@@ -145,7 +185,9 @@ impl BlobStore {
             self.by_use.remove(&e.last_used);
             self.tick += 1;
             e.last_used = self.tick;
-            self.by_use.insert(self.tick, *hash);
+            if !self.pinned.contains(hash) {
+                self.by_use.insert(self.tick, *hash);
+            }
         }
     }
 }
@@ -197,5 +239,39 @@ mod tests {
         assert!(s.is_empty());
         assert_eq!(s.largest_bytes(), 0);
         assert_eq!(s.used_bytes(), 0);
+    }
+
+    #[test]
+    fn pinned_blobs_outlive_eviction_up_to_half_the_budget() {
+        let mut s = BlobStore::new(100);
+        let (a, _) = put(&mut s, &[1; 30]);
+        let (b, _) = put(&mut s, &[2; 30]);
+        assert!(s.pin(&a));
+        assert!(!s.pin(&b), "pins may hold at most half the budget");
+        assert!(!s.pin(&BlobHash::of(b"absent")));
+        // Reading a pinned blob does not put it back in line for eviction.
+        assert!(s.get(&a).is_some());
+        let (c, ev) = put(&mut s, &[3; 45]);
+        let (d, ev2) = put(&mut s, &[4; 30]);
+        assert_eq!((ev, ev2), (vec![b], vec![c]));
+        assert!(s.contains(&a) && s.contains(&d));
+        // What pins hold is not room for a new blob.
+        let err = s.insert(
+            BlobHash::of(&[5; 71]),
+            Bytes::copy_from_slice(&[5; 71]),
+            Arc::new(ChunkList::compute(&[5; 71])),
+        );
+        assert!(matches!(err, Err(StoreError::TooLarge { size: 71, budget: 70 })));
+        // Unpinned, it is the least recently used again and goes first.
+        s.unpin(&a);
+        let (_, ev) = put(&mut s, &[6; 75]);
+        assert_eq!(ev, vec![a, d]);
+        assert!(s.used_bytes() <= 100);
+        // Removing a pinned blob releases its pin.
+        let (e, _) = put(&mut s, &[7; 50]);
+        assert!(s.pin(&e));
+        assert!(s.remove(&e));
+        let (f, _) = put(&mut s, &[8; 50]);
+        assert!(s.pin(&f));
     }
 }
