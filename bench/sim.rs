@@ -23,16 +23,6 @@ struct Row {
     tweak: fn(&mut SimConfig),
 }
 
-fn heterogeneous(cfg: &mut SimConfig) {
-    // Half the swarm 4x slower (DESIGN.md §2.4: 4 fast + 4 slow).
-    cfg.slow_fraction = 0.5;
-    cfg.slow_factor = 4.0;
-    cfg.settings.quorum = 1;
-    cfg.net.latency_ms = (5, 80);
-    cfg.settings.grace_cap_ms = 400;
-    cfg.settings.merge_lag = 0;
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1));
@@ -54,25 +44,25 @@ fn main() {
         return sampling(&sizes, &exchanges, momentum, expected, cycles, seeds);
     }
     let rows = [
-        Row { name: "K=1 lag 0, heterogeneous, grace (γ=0.5)", tweak: |c| heterogeneous(c) },
+        Row { name: "K=1 lag 0, heterogeneous, grace (γ=0.5)", tweak: SimConfig::heterogeneous },
         Row {
             name: "K=1 lag 0, heterogeneous, no grace (γ=0)",
             tweak: |c| {
-                heterogeneous(c);
+                c.heterogeneous();
                 c.settings.gamma = 0.0;
             },
         },
         Row {
             name: "K=1 lag 1, heterogeneous, grace (γ=0.5)",
             tweak: |c| {
-                heterogeneous(c);
+                c.heterogeneous();
                 c.settings.merge_lag = 1;
             },
         },
         Row {
             name: "K=1 lag 1, heterogeneous, no grace (γ=0)",
             tweak: |c| {
-                heterogeneous(c);
+                c.heterogeneous();
                 c.settings.merge_lag = 1;
                 c.settings.gamma = 0.0;
             },

@@ -51,6 +51,17 @@ impl SimConfig {
         self
     }
 
+    /// Half the swarm 4× slower (DESIGN.md §2.4: 4 fast + 4 slow), quorum 1, 5–80 ms
+    /// latency, lag 0: merged sets differ nearly every round (benches and catch-up tests).
+    pub fn heterogeneous(&mut self) {
+        self.slow_fraction = 0.5;
+        self.slow_factor = 4.0;
+        self.settings.quorum = 1;
+        self.net.latency_ms = (5, 80);
+        self.settings.grace_cap_ms = 400;
+        self.settings.merge_lag = 0;
+    }
+
     /// A small model (an embedding and three other tensors) and a calm network.
     pub fn new(peers: usize, seed: u64) -> Self {
         let t = |name: &str, shape: &[usize], emb: bool| TensorSpec {

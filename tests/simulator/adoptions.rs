@@ -12,12 +12,7 @@ fn most_adoptions_at_64_peers_are_recomputed_not_fetched() {
     for seed in seed..seed + 3 {
         let mut cfg = SimConfig::new(peers, seed);
         cfg.track_lineage = false;
-        cfg.slow_fraction = 0.5;
-        cfg.slow_factor = 4.0;
-        cfg.settings.quorum = 1;
-        cfg.net.latency_ms = (5, 80);
-        cfg.settings.grace_cap_ms = 400;
-        cfg.settings.merge_lag = 0;
+        cfg.heterogeneous();
         let mut sim = Sim::new(cfg).unwrap();
         sim.run_cycles(20);
         adoptions += sim.stats.adoptions;
