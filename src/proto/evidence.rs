@@ -88,14 +88,24 @@ impl Lane {
         }
     }
 
-    /// The recipe heard for state `hash` of `round` (from the smallest voter id, when
-    /// several announced it: the same choice on every run).
+    /// The recipe heard for state `hash` of `round`: the one most of its voters announced
+    /// (every honest holder of a state announces the same recipe, so a voter lying about
+    /// it needs more identities than the state has honest holders to be the one tried);
+    /// ties go to the smallest voter id, the same choice on every run.
     pub(super) fn recipe_for(&self, hash: ContentHash, round: u64) -> Option<&Recipe> {
-        self.recipes
-            .iter()
-            .filter(|(_, (h, r, _))| *h == hash && *r == round)
-            .min_by_key(|(voter, _)| **voter)
-            .map(|(_, (_, _, recipe))| recipe)
+        // Each distinct recipe with its backers and its smallest voter id.
+        let mut tally: FastMap<&Recipe, (usize, PeerId)> = FastMap::default();
+        for (voter, (h, r, recipe)) in &self.recipes {
+            if *h == hash && *r == round {
+                let e = tally.entry(recipe).or_insert((0, *voter));
+                e.0 += 1;
+                e.1 = e.1.min(*voter);
+            }
+        }
+        tally
+            .into_iter()
+            .max_by_key(|(_, (backers, first))| (*backers, std::cmp::Reverse(*first)))
+            .map(|(recipe, _)| recipe)
     }
 
     /// Forgets every recipe heard for state `hash` (one did not give it).

@@ -61,7 +61,7 @@ pub struct StateAnnounce {
 pub const MAX_RECIPE_IDS: usize = 160;
 
 /// A state's parent and the short ids (sorted) of the contributions its last merge took.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Recipe {
     pub parent: ContentHash,
     pub merged: Vec<u64>,

@@ -334,3 +334,24 @@ fn every_credited_voter_keeps_its_latest_recipe_however_many_states_a_round_spli
     lane.note_recipe(PeerId(5000), state(5000), 1, recipe(5000));
     assert_eq!(lane.recipe_for(state(5000), 1), None);
 }
+
+#[test]
+fn the_recipe_tried_is_the_one_most_voters_announced() {
+    let mut p = peer(1, 0);
+    p.start(0);
+    let lane = &mut p.lanes[0];
+    let state = ContentHash::of(b"the swarm's state");
+    let honest = Recipe { parent: ContentHash::of(b"parent"), merged: vec![3, 7] };
+    let lie = Recipe { parent: ContentHash::of(b"parent"), merged: vec![3] };
+    for v in [2, 5, 6] {
+        lane.votes.credit(PeerId(v), 1);
+    }
+    // The liar has the smallest id: alone against one honest voter it is tried (ties go
+    // to the smallest id), against two it is not.
+    lane.note_recipe(PeerId(2), state, 1, lie.clone());
+    lane.note_recipe(PeerId(5), state, 1, honest.clone());
+    assert_eq!(lane.recipe_for(state, 1), Some(&lie));
+    lane.note_recipe(PeerId(6), state, 1, honest.clone());
+    assert_eq!(lane.recipe_for(state, 1), Some(&honest));
+    assert_eq!(lane.recipe_for(state, 2), None);
+}
