@@ -83,8 +83,9 @@ mod settings;
 pub mod state;
 
 pub use self::core::{ProtoError, Protocol, MAX_IN_FLIGHT, MAX_PEERS};
+pub use evidence::FetchCause;
 pub use io::{
-    ApplyAnchor, Contribution, Event, MergeReport, Metrics, Offence, Output, Timer,
+    ApplyAnchor, Contribution, Event, FetchCauses, MergeReport, Metrics, Offence, Output, Timer,
     MAX_REFUSED_FROM,
 };
 pub use merge::consensus_distance;

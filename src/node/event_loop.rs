@@ -122,6 +122,8 @@ impl<N: Network> Loop<N> {
         self.status.nonfinite_dropped = m.nonfinite_dropped;
         self.status.payload_bytes =
             m.payload_bytes().iter().map(|&(k, n)| (k.to_owned(), n)).collect();
+        self.status.state_fetch_causes =
+            m.state_fetch_causes.named().iter().map(|&(k, n)| (k.to_owned(), n)).collect();
         self.status.published = m.published;
         self.status.period = (0..p).map(|i| proto.state(i).sampling.period).collect();
         (self.status.banked, self.status.unsent) = (m.banked, m.unsent);

@@ -121,6 +121,7 @@ impl Protocol {
         }
         // A recipe that did not give the state (false, or a delta not here) is not tried
         // again: the state is fetched.
+        self.metrics.state_fetch_causes.count(self.lanes[p].why_fetched(leader.hash, leader.round));
         self.lanes[p].drop_recipes(leader.hash);
         let mut sources: Vec<PeerId> =
             leader.holders.into_iter().filter(|&h| h != self.me).collect();

@@ -35,6 +35,20 @@ pub(crate) enum Evidence {
     Unverifiable,
 }
 
+/// Why a state was fetched rather than recomputed from its recipe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FetchCause {
+    /// No credited voter of the state announced a recipe for it.
+    NoRecipe,
+    /// The recipe's parent is a state this peer does not hold (another lineage).
+    NoParent,
+    /// The recipe lists deltas this peer does not hold (nor has on their way).
+    MissingDeltas,
+    /// Everything was here, but the recipe did not give the state (a false recipe, or two
+    /// held deltas sharing a short id).
+    RecipeFailed,
+}
+
 impl Lane {
     /// Recomputes `new` (whose hash is `hash`) from its parent and contributions, if this
     /// peer holds them.
@@ -149,6 +163,19 @@ impl Lane {
         self.base(recipe.parent)?;
         let held: FastSet<u64> = self.held.keys().map(ContentHash::short).collect();
         Some(recipe.merged.iter().copied().filter(|id| !held.contains(id)).collect())
+    }
+
+    /// Why state `hash` of `round` cannot be recomputed here (it is fetched instead), for
+    /// operators and for measuring what catch-up still misses.
+    pub fn why_fetched(&self, hash: ContentHash, round: u64) -> FetchCause {
+        let Some(recipe) = self.recipe_for(hash, round) else { return FetchCause::NoRecipe };
+        if self.base(recipe.parent).is_none() {
+            return FetchCause::NoParent;
+        }
+        match self.recipe_missing(hash, round) {
+            Some(missing) if !missing.is_empty() => FetchCause::MissingDeltas,
+            _ => FetchCause::RecipeFailed,
+        }
     }
 
     /// The state named `parent`, if this peer holds it: its own, the one before its latest

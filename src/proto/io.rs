@@ -192,6 +192,39 @@ impl std::fmt::Display for Offence {
 /// Most peers whose refusals are counted by name ([`Metrics::refused_from`]).
 pub const MAX_REFUSED_FROM: usize = 64;
 
+/// State fetches by why the state was not recomputed from its recipe
+/// ([`super::evidence::FetchCause`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FetchCauses {
+    pub no_recipe: u64,
+    pub no_parent: u64,
+    pub missing_deltas: u64,
+    pub recipe_failed: u64,
+}
+
+impl FetchCauses {
+    pub fn count(&mut self, cause: super::evidence::FetchCause) {
+        use super::evidence::FetchCause::*;
+        let n = match cause {
+            NoRecipe => &mut self.no_recipe,
+            NoParent => &mut self.no_parent,
+            MissingDeltas => &mut self.missing_deltas,
+            RecipeFailed => &mut self.recipe_failed,
+        };
+        *n += 1;
+    }
+
+    /// By name, for `status.json`.
+    pub fn named(&self) -> [(&'static str, u64); 4] {
+        [
+            ("no_recipe", self.no_recipe),
+            ("no_parent", self.no_parent),
+            ("missing_deltas", self.missing_deltas),
+            ("recipe_failed", self.recipe_failed),
+        ]
+    }
+}
+
 /// Counters on the hot paths.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Metrics {
@@ -218,6 +251,8 @@ pub struct Metrics {
     pub adoptions: u64,
     /// Adoptions of a state recomputed here from its recipe (no state fetched).
     pub recomputed: u64,
+    /// State fetches started, by why the state could not be recomputed instead.
+    pub state_fetch_causes: FetchCauses,
     pub resurrected: u64,
     pub fetches: u64,
     pub fetch_failures: u64,

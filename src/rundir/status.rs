@@ -75,6 +75,10 @@ pub struct TrainingStatus {
     /// per-protocol totals, retransfers and serving included, are in `stats`.
     #[serde(default)]
     pub payload_bytes: std::collections::BTreeMap<String, u64>,
+    /// Whole states fetched, by why the state could not be recomputed from its recipe
+    /// (`no_recipe`, `no_parent`: another lineage, `missing_deltas`, `recipe_failed`).
+    #[serde(default)]
+    pub state_fetch_causes: std::collections::BTreeMap<String, u64>,
     /// Deltas this peer published.
     #[serde(default)]
     pub published: u64,

@@ -1,7 +1,8 @@
 //! States are adopted on evidence (src/proto/evidence.rs): a state naming a parent this
 //! peer holds is recomputed bit for bit, so credited voters cannot impose a forgery on a
 //! peer that can check it; a state nobody here can recompute needs at least half the
-//! round's counted voters, not a plurality.
+//! round's counted voters, not a plurality. A state fetched instead of recomputed is
+//! counted with the reason.
 
 use super::{credit, delta_by, offences, peer};
 use crate::delta::ContentHash;
@@ -354,4 +355,35 @@ fn the_recipe_tried_is_the_one_most_voters_announced() {
     lane.note_recipe(PeerId(6), state, 1, honest.clone());
     assert_eq!(lane.recipe_for(state, 1), Some(&honest));
     assert_eq!(lane.recipe_for(state, 2), None);
+}
+
+#[test]
+fn every_state_fetch_is_counted_with_why_it_was_not_recomputed() {
+    // The swarm (peer 7) merged the round-1 deltas of 2, 3 and 4; peer 1 merged 2 and 3.
+    let theirs = merged_round_one(7, &[(2, 0.1), (3, 0.2), (4, 0.3)]).state(0).clone();
+    let honest = recipe_of(&theirs);
+    let causes = |late: bool, recipe: Option<Recipe>| {
+        let mut p = merged_round_one(1, &[(2, 0.1), (3, 0.2)]);
+        if late {
+            deliver_late(&mut p);
+        }
+        let out = match recipe {
+            Some(r) => announce_with_recipe(&mut p, &[2, 3, 4], &theirs, r, 1200),
+            None => vote_and_serve(&mut p, &[2, 3, 4], &theirs, 1200),
+        };
+        assert_eq!(fetched(&out), Some(theirs.hash()), "the state was not fetched");
+        p.metrics().state_fetch_causes
+    };
+    let one = |f: fn(&mut FetchCauses) -> &mut u64| {
+        let mut c = FetchCauses::default();
+        *f(&mut c) = 1;
+        c
+    };
+    assert_eq!(causes(true, None), one(|c| &mut c.no_recipe));
+    let elsewhere = Recipe { parent: ContentHash::of(b"another lineage"), ..honest.clone() };
+    assert_eq!(causes(true, Some(elsewhere)), one(|c| &mut c.no_parent));
+    // Peer 4's delta never reached this peer.
+    assert_eq!(causes(false, Some(honest.clone())), one(|c| &mut c.missing_deltas));
+    let lie = Recipe { merged: honest.merged[..2].to_vec(), ..honest };
+    assert_eq!(causes(true, Some(lie)), one(|c| &mut c.recipe_failed));
 }
