@@ -77,6 +77,8 @@ impl Protocol {
         {
             out.push(lane.announcement());
         }
+        self.lanes[p].forget_settled_grandparent();
+        let lane = &self.lanes[p];
         let Some(latest) = lane.votes.latest_round(max_round) else { return };
         let target = latest.max(lane.state.round);
         let Some(leader) = lane.votes.leader(target) else { return };

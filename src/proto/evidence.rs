@@ -5,9 +5,12 @@
 //! state, or the one before its latest merge or adoption, which is where a competing state
 //! of the same round starts — and holds every delta listed can redo the merge: the merge
 //! is deterministic, so an honest state comes out bit for bit, and anything else is a
-//! forgery, whoever voted for it. A state nobody here can recompute (another lineage, a
-//! late joiner, a delta we never got) is adopted only with at least half of the round's
-//! counted voters behind it, not a mere plurality (src/proto/catchup.rs).
+//! forgery, whoever voted for it. A competing state whose parent this peer never held
+//! (it merged the round before with another set, then merged again on top) is recomputed
+//! through that parent: from the state before it and the parent's own recipe. A state
+//! nobody here can recompute (another lineage, a late joiner, a delta we never got) is
+//! adopted only with at least half of the round's counted voters behind it, not a mere
+//! plurality (src/proto/catchup.rs).
 //!
 //! The same recomputation saves the fetch: a state announcement carries the state's
 //! *recipe* (parent and merged ids), and a peer whose merge took another set than the
@@ -87,8 +90,9 @@ impl Lane {
 
     /// Keeps the recipe `from` announced for state `hash` of `round`, if `from` is a
     /// credited voter (fresh identities cannot fill the table) and the recipe is well
-    /// formed. Like its vote, only a voter's latest recipe is kept, so the table holds at
-    /// most one per credited voter however many states a round splits into (a table of
+    /// formed. Like its vote, only a voter's latest recipe counts (and the one before it, of
+    /// an earlier round: the recipe of its state's parent), so the table holds at most two
+    /// per credited voter however many states a round splits into (a table of
     /// 256 by hash filled up at 64 peers, and every state after it was fetched). A false
     /// recipe costs the fetch it was meant to save, nothing more: a recomputed state
     /// counts only if it hashes right.
@@ -98,7 +102,11 @@ impl Lane {
         let room = self.recipes.len() < self.votes.capacity() || self.recipes.contains_key(&from);
         let newer = self.recipes.get(&from).is_none_or(|(_, r, _)| *r <= round);
         if sorted && fits && room && newer && round > 0 && self.votes.counts(&from) {
-            self.recipes.insert(from, (hash, round, recipe));
+            if let Some(last) = self.recipes.insert(from, (hash, round, recipe)) {
+                if last.1 < round {
+                    self.recipes_before.insert(from, last);
+                }
+            }
         }
     }
 
@@ -109,7 +117,7 @@ impl Lane {
     pub(super) fn recipe_for(&self, hash: ContentHash, round: u64) -> Option<&Recipe> {
         // Each distinct recipe with its backers and its smallest voter id.
         let mut tally: FastMap<&Recipe, (usize, PeerId)> = FastMap::default();
-        for (voter, (h, r, recipe)) in &self.recipes {
+        for (voter, (h, r, recipe)) in self.recipes.iter().chain(&self.recipes_before) {
             if *h == hash && *r == round {
                 let e = tally.entry(recipe).or_insert((0, *voter));
                 e.0 += 1;
@@ -124,7 +132,15 @@ impl Lane {
 
     /// Forgets every recipe heard for state `hash` (one did not give it).
     pub fn drop_recipes(&mut self, hash: ContentHash) {
-        self.recipes.retain(|_, (h, _, _)| *h != hash);
+        for recipes in [&mut self.recipes, &mut self.recipes_before] {
+            recipes.retain(|_, (h, _, _)| *h != hash);
+        }
+    }
+
+    /// The round of state `hash` as its recipes name it (the latest, if they differ).
+    fn recipe_round(&self, hash: ContentHash) -> Option<u64> {
+        let all = self.recipes.values().chain(self.recipes_before.values());
+        all.filter(|(h, _, _)| *h == hash).map(|(_, r, _)| *r).max()
     }
 
     /// State `hash` of `round`, recomputed from the recipe heard for it, when this peer
@@ -144,13 +160,36 @@ impl Lane {
         for h in self.held.keys() {
             by_short.entry(h.short()).and_modify(|e| *e = None).or_insert(Some(*h));
         }
-        let mut listed: Vec<ContentHash> = recipe
-            .merged
-            .iter()
-            .map(|id| by_short.get(id).copied().flatten())
-            .collect::<Option<_>>()?;
-        listed.sort_unstable();
-        let redone = self.redo(recipe.parent, round, &listed, settings, limits).ok()?;
+        let listed = |recipe: &Recipe| -> Option<Vec<ContentHash>> {
+            let mut listed: Vec<ContentHash> = recipe
+                .merged
+                .iter()
+                .map(|id| by_short.get(id).copied().flatten())
+                .collect::<Option<_>>()?;
+            listed.sort_unstable();
+            Some(listed)
+        };
+        let redone = match self.base(recipe.parent) {
+            Some(base) => {
+                self.redo_on(base, recipe.parent, round, &listed(recipe)?, settings, limits).ok()?
+            }
+            None => {
+                // The parent is a state this peer never held (it merged the round before
+                // with another set, then merged again on top): recomputed first, from its
+                // own recipe, on the state before it.
+                let mid_round = self.recipe_round(recipe.parent).filter(|r| *r < round)?;
+                let mid_recipe = self.recipe_for(recipe.parent, mid_round)?;
+                let base = self.base(mid_recipe.parent)?;
+                let mid_listed = listed(mid_recipe)?;
+                let mid = self
+                    .redo_on(base, mid_recipe.parent, mid_round, &mid_listed, settings, limits)
+                    .ok()?;
+                if mid.hash() != recipe.parent {
+                    return None;
+                }
+                self.redo_on(&mid, recipe.parent, round, &listed(recipe)?, settings, limits).ok()?
+            }
+        };
         let bytes = redone.to_bytes();
         (ContentHash::of(&bytes) == hash).then(|| (redone, bytes.into()))
     }
@@ -178,13 +217,24 @@ impl Lane {
         }
     }
 
-    /// The state named `parent`, if this peer holds it: its own, the one before its latest
-    /// merge or adoption, or one that arrived too late to adopt.
+    /// Drops the state before `prior` once this peer's state is the one most of the swarm
+    /// holds for its round: the swarm's next states then descend from states held here, so
+    /// the grandparent is not needed (it costs 8 bytes a parameter).
+    pub fn forget_settled_grandparent(&mut self) {
+        let round = self.state.round;
+        let settled = self.votes.leader(round).is_some_and(|l| l.hash == self.state_hash);
+        if settled {
+            self.prior_before = None;
+        }
+    }
+
+    /// The state named `parent`, if this peer holds it: its own, the two before its latest
+    /// merges or adoptions, or one that arrived too late to adopt.
     fn base(&self, parent: ContentHash) -> Option<&FragmentState> {
         if parent == self.state_hash {
             return Some(&self.state);
         }
-        [&self.prior, &self.overtaken]
+        [&self.prior, &self.prior_before, &self.overtaken]
             .into_iter()
             .find_map(|s| s.as_ref().filter(|(h, _)| *h == parent).map(|(_, s)| s))
     }
@@ -201,6 +251,19 @@ impl Lane {
         limits: &Limits,
     ) -> Result<FragmentState, Evidence> {
         let Some(base) = self.base(parent) else { return Err(Evidence::Unverifiable) };
+        self.redo_on(base, parent, round, listed, settings, limits)
+    }
+
+    /// [`Lane::redo`] on `base`, the state named `parent`.
+    fn redo_on(
+        &self,
+        base: &FragmentState,
+        parent: ContentHash,
+        round: u64,
+        listed: &[ContentHash],
+        settings: &Settings,
+        limits: &Limits,
+    ) -> Result<FragmentState, Evidence> {
         if !listed.iter().all(|h| self.held.contains_key(h)) {
             return Err(Evidence::Unverifiable);
         }

@@ -64,6 +64,10 @@ pub(crate) struct Lane {
     /// The state held before the latest merge or adoption, with its hash: the parent a
     /// competing state of the same round names, checked against (src/proto/evidence.rs).
     pub prior: Option<(ContentHash, FragmentState)>,
+    /// The state before `prior`: the grandparent of a competing state whose parent this
+    /// peer never held (it merged the round before with another set, then merged again on
+    /// top before reconciling), from which that parent is recomputed first.
+    pub prior_before: Option<(ContentHash, FragmentState)>,
     /// A state fetched for adoption that arrived after this peer had merged a later round
     /// on its own lineage, with its hash: too old to adopt, but the parent the swarm's
     /// next state names, so that state is recomputed from its recipe instead of fetched
@@ -74,6 +78,9 @@ pub(crate) struct Lane {
     pub recipe_wait: Option<ContentHash>,
     /// The latest recipe each credited voter announced, with its state's hash and round.
     pub recipes: FastMap<PeerId, (ContentHash, u64, super::Recipe)>,
+    /// Each of those voters' recipe before its latest (of an earlier round): the recipe of
+    /// the parent of the state it now holds.
+    pub recipes_before: FastMap<PeerId, (ContentHash, u64, super::Recipe)>,
 }
 
 impl Lane {
@@ -96,9 +103,11 @@ impl Lane {
             last_snapshot_at: None,
             closed_round: 0,
             prior: None,
+            prior_before: None,
             overtaken: None,
             recipe_wait: None,
             recipes: FastMap::default(),
+            recipes_before: FastMap::default(),
         }
     }
 
@@ -200,7 +209,7 @@ impl Lane {
             return (vec![Output::Skipped { fragment: self.spec.id, round }], dropped);
         }
         let before = self.state.replace_values(anchor, momentum);
-        self.prior = Some((self.state_hash, before));
+        self.prior_before = self.prior.replace((self.state_hash, before));
         self.state.parent = self.state_hash;
         let merged: Vec<ContentHash> = inputs.iter().map(|i| i.hash).collect();
         drop(inputs);
@@ -306,7 +315,9 @@ impl Lane {
         self.claims.retain(|(_, r), _| !w.stale(*r, round));
         self.equivocators.retain(|(_, r)| !w.stale(*r, round));
         self.votes.prune(round.saturating_sub(w.log_rounds()), self.state.sampling.period);
-        self.recipes.retain(|_, (_, r, _)| r.saturating_add(w.log_rounds()) >= round);
+        for recipes in [&mut self.recipes, &mut self.recipes_before] {
+            recipes.retain(|_, (_, r, _)| r.saturating_add(w.log_rounds()) >= round);
+        }
     }
 
     /// Marks held deltas that `new` already merged as merged, and re-queues those this peer
@@ -362,7 +373,8 @@ impl Lane {
                 out.push(Output::Publish { msg, payload: held.bytes.clone() });
             }
         }
-        self.prior = Some((self.state_hash, std::mem::replace(&mut self.state, new)));
+        let before = std::mem::replace(&mut self.state, new);
+        self.prior_before = self.prior.replace((self.state_hash, before));
         self.overtaken = None;
         self.state_hash = hash;
         self.state_bytes = bytes;
