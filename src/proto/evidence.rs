@@ -50,6 +50,8 @@ pub enum FetchCause {
     /// Everything was here, but the recipe did not give the state (a false recipe, or two
     /// held deltas sharing a short id).
     RecipeFailed,
+    /// Fetched again: its recipes were given up on before and the last fetch failed.
+    Retry,
 }
 
 impl Lane {
@@ -132,6 +134,7 @@ impl Lane {
 
     /// Forgets every recipe heard for state `hash` (one did not give it).
     pub fn drop_recipes(&mut self, hash: ContentHash) {
+        self.recipes_given_up = Some(hash);
         for recipes in [&mut self.recipes, &mut self.recipes_before] {
             recipes.retain(|_, (h, _, _)| *h != hash);
         }
@@ -207,6 +210,9 @@ impl Lane {
     /// Why state `hash` of `round` cannot be recomputed here (it is fetched instead), for
     /// operators and for measuring what catch-up still misses.
     pub fn why_fetched(&self, hash: ContentHash, round: u64) -> FetchCause {
+        if self.recipes_given_up == Some(hash) {
+            return FetchCause::Retry;
+        }
         let Some(recipe) = self.recipe_for(hash, round) else { return FetchCause::NoRecipe };
         if self.base(recipe.parent).is_none() {
             return FetchCause::NoParent;

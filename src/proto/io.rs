@@ -200,6 +200,7 @@ pub struct FetchCauses {
     pub no_parent: u64,
     pub missing_deltas: u64,
     pub recipe_failed: u64,
+    pub retry: u64,
 }
 
 impl FetchCauses {
@@ -210,17 +211,19 @@ impl FetchCauses {
             NoParent => &mut self.no_parent,
             MissingDeltas => &mut self.missing_deltas,
             RecipeFailed => &mut self.recipe_failed,
+            Retry => &mut self.retry,
         };
         *n += 1;
     }
 
     /// By name, for `status.json`.
-    pub fn named(&self) -> [(&'static str, u64); 4] {
+    pub fn named(&self) -> [(&'static str, u64); 5] {
         [
             ("no_recipe", self.no_recipe),
             ("no_parent", self.no_parent),
             ("missing_deltas", self.missing_deltas),
             ("recipe_failed", self.recipe_failed),
+            ("retry", self.retry),
         ]
     }
 }

@@ -76,6 +76,9 @@ pub(crate) struct Lane {
     /// The swarm's state whose recipe lacks only deltas still in flight here: the
     /// reconciliation waits for them (src/proto/catchup.rs) instead of fetching the state.
     pub recipe_wait: Option<ContentHash>,
+    /// The last state whose recipes were given up on and fetched: a later fetch of it (the
+    /// first one failed) is a retry, not a state without a recipe.
+    pub recipes_given_up: Option<ContentHash>,
     /// The latest recipe each credited voter announced, with its state's hash and round.
     pub recipes: FastMap<PeerId, (ContentHash, u64, super::Recipe)>,
     /// Each of those voters' recipe before its latest (of an earlier round): the recipe of
@@ -106,6 +109,7 @@ impl Lane {
             prior_before: None,
             overtaken: None,
             recipe_wait: None,
+            recipes_given_up: None,
             recipes: FastMap::default(),
             recipes_before: FastMap::default(),
         }

@@ -76,7 +76,8 @@ pub struct TrainingStatus {
     #[serde(default)]
     pub payload_bytes: std::collections::BTreeMap<String, u64>,
     /// Whole states fetched, by why the state could not be recomputed from its recipe
-    /// (`no_recipe`, `no_parent`: another lineage, `missing_deltas`, `recipe_failed`).
+    /// (`no_recipe`, `no_parent`: another lineage, `missing_deltas`, `recipe_failed`;
+    /// `retry`: fetched again after a failed fetch).
     #[serde(default)]
     pub state_fetch_causes: std::collections::BTreeMap<String, u64>,
     /// Deltas this peer published.

@@ -448,3 +448,20 @@ fn the_state_before_the_prior_is_dropped_once_the_swarm_holds_this_peers_state()
     announce_with_recipe(&mut p, &[2, 3], &mine, recipe_of(&mine), 2200);
     assert!(p.lanes[0].prior_before.is_none(), "kept a grandparent nobody needs");
 }
+
+#[test]
+fn a_state_fetched_again_after_a_failed_fetch_is_counted_as_a_retry() {
+    let theirs = merged_round_one(7, &[(2, 0.1), (3, 0.2), (4, 0.3)]).state(0).clone();
+    let mut p = merged_round_one(1, &[(2, 0.1), (3, 0.2)]);
+    let out = announce_with_recipe(&mut p, &[2, 3, 4], &theirs, recipe_of(&theirs), 1200);
+    assert_eq!(fetched(&out), Some(theirs.hash()));
+    let failed = Event::FetchFailed { from: PeerId(2), hash: theirs.hash(), denied: vec![] };
+    p.handle(failed, 1300);
+    // A state whose fetch failed is not chased again for two periods.
+    let later = 1300 + 2 * p.settings().period_ms() + 1;
+    let reconcile = Timer::Reconcile { fragment: 0, round: 1 };
+    let out = p.handle(Event::Timer(reconcile), later);
+    assert_eq!(fetched(&out), Some(theirs.hash()), "the state was not fetched again");
+    let c = p.metrics().state_fetch_causes;
+    assert_eq!((c.missing_deltas, c.retry, c.no_recipe), (1, 1, 0));
+}
