@@ -67,7 +67,8 @@ impl Lane {
         let Some((round, ids)) = new.log.back().filter(|(r, _)| *r == new.round) else {
             return Evidence::Unverifiable;
         };
-        match self.redo(new.parent, *round, ids, settings, limits) {
+        let Some(base) = self.base(new.parent) else { return Evidence::Unverifiable };
+        match self.redo(base, new.parent, *round, ids, settings, limits) {
             Ok(redone) if redone.hash() == hash => Evidence::Verified,
             Ok(_) => Evidence::Forged(format!(
                 "state of round {round} is not what its parent and its {} contribution(s) give",
@@ -172,10 +173,9 @@ impl Lane {
             listed.sort_unstable();
             Some(listed)
         };
-        let redone = match self.base(recipe.parent) {
-            Some(base) => {
-                self.redo_on(base, recipe.parent, round, &listed(recipe)?, settings, limits).ok()?
-            }
+        let rebuilt_parent;
+        let base = match self.base(recipe.parent) {
+            Some(base) => base,
             None => {
                 // The parent is a state this peer never held (it merged the round before
                 // with another set, then merged again on top): recomputed first, from its
@@ -184,15 +184,17 @@ impl Lane {
                 let mid_recipe = self.recipe_for(recipe.parent, mid_round)?;
                 let base = self.base(mid_recipe.parent)?;
                 let mid_listed = listed(mid_recipe)?;
-                let mid = self
-                    .redo_on(base, mid_recipe.parent, mid_round, &mid_listed, settings, limits)
+                rebuilt_parent = self
+                    .redo(base, mid_recipe.parent, mid_round, &mid_listed, settings, limits)
                     .ok()?;
-                if mid.hash() != recipe.parent {
+                if rebuilt_parent.hash() != recipe.parent {
                     return None;
                 }
-                self.redo_on(&mid, recipe.parent, round, &listed(recipe)?, settings, limits).ok()?
+                &rebuilt_parent
             }
         };
+        let redone =
+            self.redo(base, recipe.parent, round, &listed(recipe)?, settings, limits).ok()?;
         let bytes = redone.to_bytes();
         (ContentHash::of(&bytes) == hash).then(|| (redone, bytes.into()))
     }
@@ -245,23 +247,10 @@ impl Lane {
             .find_map(|s| s.as_ref().filter(|(h, _)| *h == parent).map(|(_, s)| s))
     }
 
-    /// The state of `round` that merging the contributions `listed` (sorted) on state
-    /// `parent` gives; `Unverifiable` when this peer lacks the parent or a delta, `Forged`
+    /// The state of `round` that merging the contributions `listed` (sorted) on `base`, the
+    /// state named `parent`, gives; `Unverifiable` when this peer lacks a delta, `Forged`
     /// when a listed delta makes the merge non-finite.
     fn redo(
-        &self,
-        parent: ContentHash,
-        round: u64,
-        listed: &[ContentHash],
-        settings: &Settings,
-        limits: &Limits,
-    ) -> Result<FragmentState, Evidence> {
-        let Some(base) = self.base(parent) else { return Err(Evidence::Unverifiable) };
-        self.redo_on(base, parent, round, listed, settings, limits)
-    }
-
-    /// [`Lane::redo`] on `base`, the state named `parent`.
-    fn redo_on(
         &self,
         base: &FragmentState,
         parent: ContentHash,

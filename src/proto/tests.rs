@@ -425,5 +425,6 @@ fn an_author_gets_its_delta_in_however_many_copiers_announced_first() {
 mod agreement;
 mod attacks;
 mod budgets;
+mod recipes;
 mod sampling;
 mod states;
