@@ -26,7 +26,6 @@ use swarm_run::run_swarm;
 /// Name of the report in the chaos run dir.
 pub const REPORT_FILE: &str = "chaos.json";
 const REFRESH: Duration = Duration::from_millis(100);
-const PLAIN_EVERY: Duration = Duration::from_secs(15);
 
 /// Arguments of `atoll chaos`.
 #[derive(Debug, clap::Args)]

@@ -9,9 +9,8 @@ use anyhow::{bail, Context};
 use atoll::backend::Backend;
 use atoll::fleet::{Process, Spec, Until};
 use atoll::manifest::Manifest;
-use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget};
 
-use super::swarm;
+use super::swarm::{self, Console, Launcher};
 
 mod summary;
 
@@ -19,8 +18,6 @@ mod summary;
 pub const SUMMARY_FILE: &str = "summary.json";
 /// How often the live lines are refreshed.
 const REFRESH: Duration = Duration::from_millis(500);
-/// Without a terminal, a plain progress line per peer this often.
-const PLAIN_EVERY: Duration = Duration::from_secs(15);
 
 /// Arguments of `atoll demo`.
 #[derive(Debug, clap::Args)]
@@ -133,7 +130,6 @@ impl Args {
 struct Peer {
     dir: PathBuf,
     process: Process,
-    bar: ProgressBar,
 }
 
 pub fn main(args: Args) -> anyhow::Result<()> {
@@ -172,15 +168,15 @@ pub fn main(args: Args) -> anyhow::Result<()> {
         println!("demo: {} more peers after {after} s (--late-peers)", args.late_peers);
     }
 
-    let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
+    let mut console = Console::new();
     let mut peers: Vec<Peer> = Vec::new();
-    let result = run_swarm(&args, &manifest_path, &multi, &mut peers);
+    let result = run_swarm(&args, &manifest_path, &mut console, &mut peers);
     if result.is_err() {
         // Dropping a process kills it.
         peers.clear();
     }
     result?;
-    multi.clear().ok();
+    console.clear();
     let dirs: Vec<&Path> = peers.iter().map(|p| p.dir.as_path()).collect();
     let summary = summary::summarise(&args, &manifest, &dirs, started.elapsed().as_secs_f64())?;
     summary::print(&summary);
@@ -194,25 +190,14 @@ pub fn main(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn start_peer(
-    args: &Args,
-    manifest: &Path,
-    index: u32,
-    bootstrap: &[String],
-    multi: &MultiProgress,
-) -> anyhow::Result<Peer> {
-    let dir = swarm::peer_dir(&args.run_dir, index);
-    let shard = format!("{index}/{}", args.peers + args.late_peers);
+/// The command line of peer `index`.
+fn peer_spec(args: &Args, launcher: &Launcher, index: u32, bootstrap: &[String]) -> Spec {
     let until = match args.duration {
         // A late peer stops with the others.
         Some(d) => Until::Seconds(d.saturating_sub(args.start_after(index)).max(1)),
         None => Until::Steps(args.steps),
     };
-    let spec = Spec::train(dir.clone(), manifest, &shard, until)
-        .bootstrap(bootstrap.iter().cloned())
-        .backend(args.backend(index))
-        .data(args.run.data.as_deref());
-    let mut spec = args.pace.apply(spec);
+    let mut spec = launcher.spec(index, until, args.backend(index), bootstrap);
     if let Some(mbps) = args.max_upload_mbps {
         spec = spec.arg("--max-upload-mbps").arg(&mbps.to_string());
     }
@@ -223,40 +208,44 @@ fn start_peer(
         let group = args.peers.to_string();
         spec = spec.arg("--method").arg(args.method.name()).arg("--group").arg(&group);
     }
-    let process = swarm::start(&spec)?;
-    let bar = swarm::bar(multi, &index.to_string(), spec.steps().unwrap_or(0));
-    Ok(Peer { dir, process, bar })
+    spec
 }
 
 fn run_swarm(
     args: &Args,
     manifest: &Path,
-    multi: &MultiProgress,
+    console: &mut Console,
     peers: &mut Vec<Peer>,
 ) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(args.timeout);
-    peers.push(start_peer(args, manifest, 0, &[], multi)?);
+    let launcher = Launcher {
+        dir: &args.run_dir,
+        manifest,
+        run: &args.run,
+        pace: args.pace,
+        peers: args.peers + args.late_peers,
+    };
+    let start = |index: u32, bootstrap: &[String], console: &mut Console| {
+        let spec = peer_spec(args, &launcher, index, bootstrap);
+        console.add_peer(spec.steps().unwrap_or(0));
+        (spec.dir.clone(), spec)
+    };
+    let (dir, spec) = start(0, &[], console);
+    let (process, addr) = launcher.start_first(&spec)?;
+    peers.push(Peer { dir, process });
     // The first peer's address is the others' bootstrap.
-    let first = &mut peers[0];
-    let addr = swarm::listen_addr(&first.dir, &mut first.process, 0, Duration::from_secs(60))?;
     if let Ok(a) = addr.parse() {
         let run = Manifest::load(manifest)?.run_id();
         if let Some(line) = atoll::join::join_line(run, &[a]) {
-            // Above the live lines (indicatif keeps them below what it prints).
-            let text = format!("others on this machine join with: {line}");
-            if swarm::console_is_terminal() {
-                multi.println(text).ok();
-            } else {
-                println!("{text}");
-            }
+            console.say(&format!("others on this machine join with: {line}"));
         }
     }
+    let bootstrap = std::slice::from_ref(&addr);
     for i in 1..args.peers {
-        peers.push(start_peer(args, manifest, i, std::slice::from_ref(&addr), multi)?);
+        let (dir, spec) = start(i, bootstrap, console);
+        peers.push(Peer { dir, process: swarm::start(&spec)? });
     }
     let first_started = Instant::now();
-    let plain = !swarm::console_is_terminal();
-    let mut last_plain = Instant::now();
     loop {
         let mut running = 0;
         for (i, p) in peers.iter_mut().enumerate() {
@@ -265,23 +254,13 @@ fn run_swarm(
                 bail!("peer {i} failed ({exit}):\n{}", swarm::log_tail(&p.dir));
             }
             running += usize::from(exit.is_none());
-            if let Some((step, msg)) = swarm::live_line(&p.dir) {
-                p.bar.set_position(step);
-                p.bar.set_message(msg);
-            }
         }
-        if plain && last_plain.elapsed() >= PLAIN_EVERY {
-            last_plain = Instant::now();
-            for (i, p) in peers.iter().enumerate() {
-                if let Some((step, msg)) = swarm::live_line(&p.dir) {
-                    println!("peer {i} step {step}/{} {msg}", args.steps);
-                }
-            }
-        }
+        console.refresh(peers.iter().map(|p| (p.dir.as_path(), "")));
         let next = peers.len() as u32;
         let late = next < args.peers + args.late_peers;
         if late && first_started.elapsed().as_secs() >= args.start_after(next) {
-            peers.push(start_peer(args, manifest, next, std::slice::from_ref(&addr), multi)?);
+            let (dir, spec) = start(next, bootstrap, console);
+            peers.push(Peer { dir, process: swarm::start(&spec)? });
             continue;
         }
         if running == 0 && !late {

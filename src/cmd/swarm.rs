@@ -1,5 +1,6 @@
 //! Local swarms of `atoll run` processes on loopback, shared by `atoll demo` and
-//! `atoll chaos`: the run directory, starting a peer, its bootstrap address, its live line.
+//! `atoll chaos`: the run directory, the peers' command lines, starting the first peer and
+//! its bootstrap address, the live view ([`Console`]).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -7,13 +8,15 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use atoll::backend::Backend;
 use atoll::data::Corpus;
-use atoll::fleet::{self, Process, Spec};
+use atoll::fleet::{self, Process, Spec, Until};
 use atoll::fragment::FragmentPlan;
 use atoll::manifest::{self, Manifest};
 use atoll::model::preset::Preset;
 use atoll::rundir::anchors;
 use atoll::rundir::status;
-use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+
+mod console;
+pub use console::Console;
 
 /// The swarm name of local swarm runs.
 const SWARM_NAME: &str = "atoll-demo";
@@ -137,6 +140,36 @@ pub fn peer_dir(swarm: &Path, index: u32) -> PathBuf {
     swarm.join(format!("peer-{index}"))
 }
 
+/// What every peer of a local swarm shares: the swarm dir, the manifest, the data, the pace.
+pub struct Launcher<'a> {
+    pub dir: &'a Path,
+    pub manifest: &'a Path,
+    pub run: &'a RunArgs,
+    pub pace: Pace,
+    /// Peers in all, late ones included: each trains its own shard of the data.
+    pub peers: u32,
+}
+
+impl Launcher<'_> {
+    /// The `atoll run` of peer `index` (in [`peer_dir`]), training `until` on `backend`,
+    /// bootstrapping from `bootstrap`.
+    pub fn spec(&self, index: u32, until: Until, backend: Backend, bootstrap: &[String]) -> Spec {
+        let shard = format!("{index}/{}", self.peers);
+        let spec = Spec::train(peer_dir(self.dir, index), self.manifest, &shard, until)
+            .bootstrap(bootstrap.iter().cloned())
+            .backend(backend)
+            .data(self.run.data.as_deref());
+        self.pace.apply(spec)
+    }
+
+    /// Starts the first peer and waits for the address the others bootstrap from.
+    pub fn start_first(&self, spec: &Spec) -> anyhow::Result<(Process, String)> {
+        let mut process = start(spec)?;
+        let addr = listen_addr(&spec.dir, &mut process, 0, Duration::from_secs(60))?;
+        Ok((process, addr))
+    }
+}
+
 /// Starts one peer of a local swarm with this executable (see [`fleet::Spec::start`]).
 pub fn start(spec: &Spec) -> anyhow::Result<Process> {
     let exe = std::env::current_exe().context("cannot find the atoll executable")?;
@@ -164,51 +197,6 @@ pub fn listen_addr(
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-/// A progress bar line for one peer: `peer I [====>   ] step S/LEN …` (`step S …` when
-/// the length is unknown, 0).
-pub fn bar(multi: &MultiProgress, prefix: &str, len: u64) -> ProgressBar {
-    let bar = multi.add(ProgressBar::new(len));
-    let template = if len > 0 {
-        "peer {prefix} [{bar:20}] step {pos}/{len} {msg}"
-    } else {
-        "peer {prefix} step {pos} {msg}"
-    };
-    let style = ProgressStyle::with_template(template)
-        .unwrap_or_else(|_| ProgressStyle::default_bar())
-        .progress_chars("=> ");
-    bar.set_style(style);
-    bar.set_prefix(prefix.to_string());
-    bar
-}
-
-/// Whether live lines can redraw (else plain lines are printed now and then).
-pub fn console_is_terminal() -> bool {
-    use std::io::IsTerminal;
-    std::io::stderr().is_terminal()
-}
-
-/// `(step, "loss … val_bpb … round … peers … sent …")` from a peer's status file.
-pub fn live_line(dir: &Path) -> Option<(u64, String)> {
-    let s = status::read(&dir.join(status::FILE_NAME)).ok()?;
-    let t = s.training.as_ref()?;
-    let loss = t.loss.map_or("-".into(), |l| format!("{l:.3}"));
-    let bpb = t.val_bpb.map_or("-".into(), |v| format!("{v:.3}"));
-    let round = t.round.iter().max().copied().unwrap_or(0);
-    let phase = match (t.final_val_bpb, t.trained) {
-        (Some(_), _) => " done",
-        (None, true) => " merging",
-        _ => "",
-    };
-    Some((
-        t.step,
-        format!(
-            "loss {loss} val_bpb {bpb} round {round} peers {} sent {}{phase}",
-            s.stats.run_peers.len(),
-            super::status::bytes(s.stats.bytes_sent)
-        ),
-    ))
 }
 
 /// The last lines of a peer's log, for error messages.

@@ -105,7 +105,7 @@ impl Lane {
         let sorted = recipe.merged.windows(2).all(|w| w[0] < w[1]);
         let fits = recipe.merged.len() <= MAX_RECIPE_IDS;
         let newer = self.recipes.get(&from).is_none_or(|(_, r, _)| *r <= round);
-        if !(sorted && fits && newer && round > 0) || !self.recipe_room(from) {
+        if !(sorted && fits && newer && round > 0 && self.recipe_room(from)) {
             return;
         }
         if let Some(last) = self.recipes.insert(from, (hash, round, recipe)) {

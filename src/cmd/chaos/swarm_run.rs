@@ -9,9 +9,9 @@ use atoll::chaos::{self, Fault, FaultKind, Incarnation};
 use atoll::fleet::{Process, Spec, Until};
 use atoll::manifest::Manifest;
 use atoll::rundir::{ledger, status};
-use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget};
 
-use super::{swarm, Args, Outcome, PLAIN_EVERY, REFRESH};
+use super::swarm::{self, Console, Launcher};
+use super::{Args, Outcome, REFRESH};
 
 /// One peer's slot in the swarm.
 enum Slot {
@@ -29,8 +29,7 @@ struct Swarm<'a> {
     /// Index into `lives` of each slot's current process.
     current: Vec<usize>,
     lives: Vec<Incarnation>,
-    bars: Vec<ProgressBar>,
-    multi: MultiProgress,
+    console: Console,
     window: Instant,
     window_unix_ms: u64,
     out: Outcome,
@@ -54,8 +53,7 @@ pub(super) fn run_swarm(
         slots: Vec::new(),
         current: Vec::new(),
         lives: Vec::new(),
-        bars: Vec::new(),
-        multi: MultiProgress::with_draw_target(ProgressDrawTarget::stderr()),
+        console: Console::new(),
         window: Instant::now(),
         window_unix_ms: status::unix_ms(),
         out: Outcome::default(),
@@ -65,7 +63,7 @@ pub(super) fn run_swarm(
         // Dropping a process continues and kills it.
         *slot = Slot::Exited;
     }
-    s.multi.clear().ok();
+    s.console.clear();
     result?;
     let dirs: Vec<PathBuf> = (0..args.peers).map(|i| swarm::peer_dir(dir, i)).collect();
     let group = args.method.is_group();
@@ -133,24 +131,25 @@ impl Swarm<'_> {
     }
 
     fn say(&self, msg: String) {
-        let line = format!("[{:>5.1} s] {msg}", self.elapsed_ms() as f64 / 1000.0);
-        if swarm::console_is_terminal() {
-            self.multi.println(line).ok();
-        } else {
-            println!("{line}");
+        let secs = self.elapsed_ms() as f64 / 1000.0;
+        self.console.say(&format!("[{secs:>5.1} s] {msg}"));
+    }
+
+    fn launcher(&self) -> Launcher<'_> {
+        Launcher {
+            dir: self.dir,
+            manifest: &self.manifest,
+            run: &self.args.run,
+            pace: self.args.pace,
+            peers: self.args.peers,
         }
     }
 
-    /// Starts peer `i` (training until the window ends) and records a new life.
-    fn launch(&mut self, i: u32, bootstrap: &[String], restart: bool) -> anyhow::Result<Process> {
+    /// The command line of peer `i`, training until the window ends.
+    fn spec(&self, i: u32, bootstrap: &[String]) -> Spec {
         let left_ms = (self.args.duration * 1000).saturating_sub(self.elapsed_ms());
         let until = Until::Seconds(left_ms.div_ceil(1000).max(1));
-        let shard = format!("{i}/{}", self.args.peers);
-        let spec = Spec::train(swarm::peer_dir(self.dir, i), &self.manifest, &shard, until)
-            .bootstrap(bootstrap.iter().cloned())
-            .backend(self.args.run.backend)
-            .data(self.args.run.data.as_deref());
-        let mut spec = self.args.pace.apply(spec);
+        let mut spec = self.launcher().spec(i, until, self.args.run.backend, bootstrap);
         if self.args.method.is_group() {
             let (group, timeout) = (self.args.peers.to_string(), self.args.barrier_timeout);
             spec = spec
@@ -162,7 +161,17 @@ impl Swarm<'_> {
                 .arg("--barrier-timeout")
                 .arg(&timeout.to_string());
         }
-        let child = swarm::start(&spec)?;
+        spec
+    }
+
+    /// Starts peer `i` and records a new life.
+    fn launch(&mut self, i: u32, bootstrap: &[String], restart: bool) -> anyhow::Result<Process> {
+        let child = swarm::start(&self.spec(i, bootstrap))?;
+        self.record_life(i, restart);
+        Ok(child)
+    }
+
+    fn record_life(&mut self, i: u32, restart: bool) {
         self.lives.push(Incarnation {
             peer: i as usize,
             proto_id: String::new(),
@@ -171,18 +180,13 @@ impl Swarm<'_> {
             tokens_last: 0,
             restart,
         });
-        Ok(child)
     }
 
     fn drive(&mut self, faults: &[Fault]) -> anyhow::Result<()> {
         let n = self.args.peers;
-        let mut first = self.launch(0, &[], false)?;
-        let addr = swarm::listen_addr(
-            &swarm::peer_dir(self.dir, 0),
-            &mut first,
-            0,
-            Duration::from_secs(60),
-        )?;
+        let spec = self.spec(0, &[]);
+        self.record_life(0, false);
+        let (first, addr) = self.launcher().start_first(&spec)?;
         self.slots.push(Slot::Up { child: first });
         self.current.push(0);
         for i in 1..n {
@@ -192,14 +196,13 @@ impl Swarm<'_> {
         }
         self.window = Instant::now();
         self.window_unix_ms = status::unix_ms();
-        for i in 0..n {
-            self.bars.push(swarm::bar(&self.multi, &i.to_string(), 0));
+        for _ in 0..n {
+            self.console.add_peer(0);
         }
         let window_ms = self.args.duration * 1000;
         // Finishing takes a few quiet periods; a swarm that has not ended by then is stuck.
         let give_up = Duration::from_millis(window_ms) + Duration::from_secs(300);
         let mut pending = faults.iter().peekable();
-        let mut last_plain = Instant::now();
         loop {
             let now = self.elapsed_ms();
             while let Some(f) = pending.next_if(|f| f.at_ms <= now) {
@@ -208,10 +211,7 @@ impl Swarm<'_> {
             for i in 0..n as usize {
                 self.tend(i, now)?;
             }
-            self.observe(last_plain.elapsed() >= PLAIN_EVERY && !swarm::console_is_terminal());
-            if last_plain.elapsed() >= PLAIN_EVERY {
-                last_plain = Instant::now();
-            }
+            self.observe();
             if self.slots.iter().all(|s| matches!(s, Slot::Exited)) {
                 return Ok(());
             }
@@ -325,7 +325,8 @@ impl Swarm<'_> {
     }
 
     /// Reads every running peer's status: token counts of its life, the live line.
-    fn observe(&mut self, plain: bool) {
+    fn observe(&mut self) {
+        let mut lines = Vec::new();
         for (i, slot) in self.slots.iter().enumerate() {
             let dir = swarm::peer_dir(self.dir, i as u32);
             let (pid, state) = match slot {
@@ -344,12 +345,8 @@ impl Swarm<'_> {
                     }
                 }
             }
-            let (step, line) = swarm::live_line(&dir).unwrap_or_default();
-            self.bars[i].set_position(step);
-            self.bars[i].set_message(format!("{state}{line}"));
-            if plain {
-                println!("peer {i} step {step} {state}{line}");
-            }
+            lines.push((dir, state));
         }
+        self.console.refresh(lines.iter().map(|(d, s)| (d.as_path(), *s)));
     }
 }
