@@ -91,63 +91,36 @@ impl Lane {
         Some(Recipe { parent: self.state.parent, merged })
     }
 
-    /// Keeps the recipe `from` announced for state `hash` of `round`, if it is well formed.
-    /// Like its vote, only a voter's latest recipe is kept (and the one before it, of an
-    /// earlier round: the recipe of its state's parent), so the table holds at most two per
-    /// voter however many states a round splits into (a table of 256 by hash filled up at
-    /// 64 peers, and every state after it was fetched). A voter not yet credited is kept
-    /// too, as its vote is: its delta may land after its state's announcement, and its
-    /// recipe counts once it is credited (see `recipe_for`). In a full table a credited
-    /// voter takes the place of an uncredited one, so fresh identities cannot crowd credited
-    /// voters out. A false recipe costs the fetch it was meant to save, nothing more: a
-    /// recomputed state counts only if it hashes right.
+    /// Keeps the recipe `from` announced for state `hash` of `round`, if `from` is a
+    /// credited voter (fresh identities cannot fill the table) and the recipe is well
+    /// formed. Like its vote, only a voter's latest recipe counts (and the one before it, of
+    /// an earlier round: the recipe of its state's parent), so the table holds at most two
+    /// per credited voter however many states a round splits into (a table of
+    /// 256 by hash filled up at 64 peers, and every state after it was fetched). A false
+    /// recipe costs the fetch it was meant to save, nothing more: a recomputed state
+    /// counts only if it hashes right.
     pub fn note_recipe(&mut self, from: PeerId, hash: ContentHash, round: u64, recipe: Recipe) {
         let sorted = recipe.merged.windows(2).all(|w| w[0] < w[1]);
         let fits = recipe.merged.len() <= MAX_RECIPE_IDS;
+        let room = self.recipes.len() < self.votes.capacity() || self.recipes.contains_key(&from);
         let newer = self.recipes.get(&from).is_none_or(|(_, r, _)| *r <= round);
-        if !(sorted && fits && newer && round > 0 && self.recipe_room(from)) {
-            return;
-        }
-        if let Some(last) = self.recipes.insert(from, (hash, round, recipe)) {
-            if last.1 < round {
-                self.recipes_before.insert(from, last);
+        if sorted && fits && room && newer && round > 0 && self.votes.counts(&from) {
+            if let Some(last) = self.recipes.insert(from, (hash, round, recipe)) {
+                if last.1 < round {
+                    self.recipes_before.insert(from, last);
+                }
             }
         }
     }
 
-    /// Whether `from`'s recipe fits in the table, making room if `from` is credited and an
-    /// uncredited voter holds a place (the smallest such id gives way: the same choice on
-    /// every peer).
-    fn recipe_room(&mut self, from: PeerId) -> bool {
-        if self.recipes.contains_key(&from) || self.recipes.len() < self.votes.capacity() {
-            return true;
-        }
-        if !self.votes.counts(&from) {
-            return false;
-        }
-        let votes = &self.votes;
-        let Some(out) = self.recipes.keys().filter(|v| !votes.counts(v)).min().copied() else {
-            return false;
-        };
-        self.recipes.remove(&out);
-        self.recipes_before.remove(&out);
-        true
-    }
-
-    /// The voters' recipes that count: those of credited voters.
-    fn counted_recipes(&self) -> impl Iterator<Item = (&PeerId, &(ContentHash, u64, Recipe))> {
-        let all = self.recipes.iter().chain(&self.recipes_before);
-        all.filter(|(voter, _)| self.votes.counts(voter))
-    }
-
-    /// The recipe heard for state `hash` of `round`: the one most of its credited voters
-    /// announced (every honest holder of a state announces the same recipe, so a voter
-    /// lying about it needs more identities than the state has honest holders to be the one
-    /// tried); ties go to the smallest voter id, the same choice on every run.
+    /// The recipe heard for state `hash` of `round`: the one most of its voters announced
+    /// (every honest holder of a state announces the same recipe, so a voter lying about
+    /// it needs more identities than the state has honest holders to be the one tried);
+    /// ties go to the smallest voter id, the same choice on every run.
     pub(super) fn recipe_for(&self, hash: ContentHash, round: u64) -> Option<&Recipe> {
         // Each distinct recipe with its backers and its smallest voter id.
         let mut tally: FastMap<&Recipe, (usize, PeerId)> = FastMap::default();
-        for (voter, (h, r, recipe)) in self.counted_recipes() {
+        for (voter, (h, r, recipe)) in self.recipes.iter().chain(&self.recipes_before) {
             if *h == hash && *r == round {
                 let e = tally.entry(recipe).or_insert((0, *voter));
                 e.0 += 1;
@@ -170,7 +143,8 @@ impl Lane {
 
     /// The round of state `hash` as its recipes name it (the latest, if they differ).
     fn recipe_round(&self, hash: ContentHash) -> Option<u64> {
-        self.counted_recipes().filter(|(_, (h, _, _))| *h == hash).map(|(_, (_, r, _))| *r).max()
+        let all = self.recipes.values().chain(self.recipes_before.values());
+        all.filter(|(h, _, _)| *h == hash).map(|(_, r, _)| *r).max()
     }
 
     /// State `hash` of `round`, recomputed from the recipe heard for it, when this peer

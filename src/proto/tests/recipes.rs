@@ -2,11 +2,11 @@
 //! recomputed through a parent this peer never held, and why a state that could not be
 //! recomputed was fetched.
 
+use super::peer;
 use super::states::{
     announce_with_recipe, deliver_late, fetched, merge_round, merged_round_one, recipe_of,
     vote_and_serve,
 };
-use super::{delta_by, peer};
 use crate::delta::ContentHash;
 use crate::proto::*;
 
@@ -34,69 +34,9 @@ fn every_credited_voter_keeps_its_latest_recipe_however_many_states_a_round_spli
     assert_eq!(lane.recipe_for(state(100), 1), None);
     assert_eq!(lane.recipe_for(state(1000), 2), Some(&recipe(1000)));
     assert_eq!(lane.recipe_for(state(2000), 3), Some(&recipe(2000)));
-    // An uncredited voter's recipe is kept but counts only once the voter is credited.
+    // An uncredited voter's recipe is not kept.
     lane.note_recipe(PeerId(5000), state(5000), 1, recipe(5000));
     assert_eq!(lane.recipe_for(state(5000), 1), None);
-    lane.votes.credit(PeerId(5000), 1);
-    assert_eq!(lane.recipe_for(state(5000), 1), Some(&recipe(5000)));
-}
-
-#[test]
-fn fresh_identities_cannot_crowd_credited_voters_out_of_the_recipe_table() {
-    let mut p = peer(1, 0);
-    p.start(0);
-    let lane = &mut p.lanes[0];
-    let recipe = |i: u64| Recipe { parent: ContentHash::of(&i.to_le_bytes()), merged: vec![i] };
-    let state = |i: u64| ContentHash::of(format!("state {i}").as_bytes());
-    let capacity = lane.votes.capacity() as u64;
-    for v in 10_000..10_000 + capacity {
-        lane.note_recipe(PeerId(v), state(v), 1, recipe(v));
-    }
-    assert_eq!(lane.recipes.len() as u64, capacity);
-    // Full of uncredited voters: another one is refused, a credited one takes a place.
-    lane.note_recipe(PeerId(5), state(5), 1, recipe(5));
-    assert!(!lane.recipes.contains_key(&PeerId(5)));
-    lane.votes.credit(PeerId(5), 1);
-    lane.note_recipe(PeerId(5), state(5), 1, recipe(5));
-    assert_eq!(lane.recipe_for(state(5), 1), Some(&recipe(5)));
-    assert_eq!(lane.recipes.len() as u64, capacity);
-    assert!(!lane.recipes.contains_key(&PeerId(10_000)), "not the smallest uncredited id");
-}
-
-#[test]
-fn a_recipe_heard_before_this_peers_merge_credited_its_voters_still_saves_the_fetch() {
-    // The swarm (peer 7) merged the round-1 deltas of 2, 3 and 4. Peer 1, which had never
-    // credited anyone, hears that state with its recipe from 2 and 3 before its own merge
-    // of round 1 credits them; 4's delta lands after that merge.
-    let theirs = merged_round_one(7, &[(2, 0.1), (3, 0.2), (4, 0.3)]).state(0).clone();
-    let mut p = peer(1, 0);
-    p.start(0);
-    p.handle(Event::Timer(Timer::Open { fragment: 0, round: 1 }), 1000);
-    let params = p.state(0).anchor.clone();
-    p.handle(Event::Snapshot { fragment: 0, round: 1, params, tokens: 0, steps: 0 }, 1000);
-    for (author, value) in [(2, 0.1), (3, 0.2)] {
-        let (c, bytes) = delta_by(author, 1, value);
-        let from = PeerId(author);
-        p.handle(Event::Message { from, msg: Message::Contribution(c.clone()) }, 1001);
-        p.handle(Event::Fetched { from, hash: c.hash, bytes }, 1001);
-    }
-    let s = StateAnnounce {
-        fragment: 0,
-        round: 1,
-        hash: theirs.hash(),
-        size: theirs.wire_len() as u64,
-        recipe: Some(recipe_of(&theirs)),
-    };
-    for v in [2, 3] {
-        p.handle(Event::Message { from: PeerId(v), msg: Message::State(s.clone()) }, 1050);
-    }
-    p.handle(Event::Timer(Timer::Close { fragment: 0, round: 1 }), 1100);
-    assert!(p.lanes[0].votes.counts(&PeerId(2)), "the merge did not credit its authors");
-    deliver_late(&mut p);
-    let out = p.handle(Event::Timer(Timer::Reconcile { fragment: 0, round: 1 }), 1200);
-    assert_eq!(fetched(&out), None, "fetched a state it could recompute");
-    assert_eq!(p.state(0), &theirs);
-    assert_eq!(p.metrics().recomputed, 1);
 }
 
 #[test]
