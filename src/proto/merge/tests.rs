@@ -268,3 +268,33 @@ fn a_lone_delta_is_capped_at_the_momentum_s_norm() {
         "no momentum, yet capped: {d:?}"
     );
 }
+
+/// Before the momentum exists (a fragment's first merges), a pair is capped at the smaller
+/// of its two norms per tensor: a −10× copy of an honest delta merged beside another
+/// honest one moves the anchor no further than the honest one would.
+#[test]
+fn a_pair_before_the_momentum_exists_is_capped_at_its_smaller_norm() {
+    let settings = one_fragment();
+    let (lr, mu) = (settings.raw().outer_lr, settings.raw().momentum);
+    let spec = spec(false);
+    let anchor = vec![0.0f32; 5];
+    let zero = vec![0.0f32; 5];
+    // The copy is of another honest delta, at right angles to this one (not opposed to it).
+    let honest = vec![0.3f32, 0.0, 0.1, 0.4, 0.0];
+    let poison: Vec<f32> = [0.0f32, 0.3, 0.0, 0.0, 0.4].iter().map(|v| -10.0 * v).collect();
+    let vals = [honest.clone(), poison];
+    let mut inp = inputs(&vals);
+    canonical_order(&mut inp);
+    let s = robust_step(&spec, &mut inp, &anchor, &zero, &settings, plain(&settings));
+    // Undo the outer step from a zero momentum: anchor' = −lr·(1 + μ)·Δ.
+    let d: Vec<f32> = s.anchor.iter().map(|a| -a / (lr * (1.0 + mu))).collect();
+    let n = |v: &[f32], r: std::ops::Range<usize>| v[r].iter().map(|x| x * x).sum::<f32>().sqrt();
+    for r in [0..3, 3..5] {
+        assert!(
+            n(&d, r.clone()) <= n(&honest, r.clone()) * 1.0001,
+            "tensor {r:?} moved {} against the honest delta's {}",
+            n(&d, r.clone()),
+            n(&honest, r.clone())
+        );
+    }
+}
