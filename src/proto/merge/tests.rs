@@ -240,20 +240,9 @@ fn a_lone_or_paired_delta_against_the_momentum_earns_nothing() {
 /// within that norm is merged unchanged; without momentum nothing is capped.
 #[test]
 fn a_lone_delta_is_capped_at_the_momentum_s_norm() {
-    let settings = one_fragment();
-    let (lr, mu) = (settings.raw().outer_lr, settings.raw().momentum);
-    let spec = spec(false);
-    let anchor = vec![0.0f32; 5];
     let momentum = vec![1.0f32, 0.0, 0.0, 0.0, 1.0];
-    let merged = |d: Vec<f32>, m: &[f32]| {
-        let vals = [d];
-        let mut inp = inputs(&vals);
-        let s = robust_step(&spec, &mut inp, &anchor, m, &settings, plain(&settings));
-        // Undo the outer step: anchor' = −lr·(Δ + μ·(μ·m + Δ)).
-        let k = lr * (1.0 + mu);
-        s.anchor.iter().zip(m).map(|(a, m)| (-a - lr * mu * mu * m) / k).collect::<Vec<f32>>()
-    };
-    let n = |v: &[f32], r: std::ops::Range<usize>| v[r].iter().map(|x| x * x).sum::<f32>().sqrt();
+    let merged = |d: Vec<f32>, m: &[f32]| merged_delta(&[d], m);
+    let n = tensor_norm;
     let huge = vec![0.0f32, 30.0, 40.0, 0.5, 0.0];
     let d = merged(huge.clone(), &momentum);
     assert!((n(&d, 0..3) - 1.0).abs() < 1e-4, "tensor a not capped at 1: {d:?}");
@@ -274,21 +263,11 @@ fn a_lone_delta_is_capped_at_the_momentum_s_norm() {
 /// honest one moves the anchor no further than the honest one would.
 #[test]
 fn a_pair_before_the_momentum_exists_is_capped_at_its_smaller_norm() {
-    let settings = one_fragment();
-    let (lr, mu) = (settings.raw().outer_lr, settings.raw().momentum);
-    let spec = spec(false);
-    let anchor = vec![0.0f32; 5];
-    let zero = vec![0.0f32; 5];
     // The copy is of another honest delta, at right angles to this one (not opposed to it).
     let honest = vec![0.3f32, 0.0, 0.1, 0.4, 0.0];
     let poison: Vec<f32> = [0.0f32, 0.3, 0.0, 0.0, 0.4].iter().map(|v| -10.0 * v).collect();
-    let vals = [honest.clone(), poison];
-    let mut inp = inputs(&vals);
-    canonical_order(&mut inp);
-    let s = robust_step(&spec, &mut inp, &anchor, &zero, &settings, plain(&settings));
-    // Undo the outer step from a zero momentum: anchor' = −lr·(1 + μ)·Δ.
-    let d: Vec<f32> = s.anchor.iter().map(|a| -a / (lr * (1.0 + mu))).collect();
-    let n = |v: &[f32], r: std::ops::Range<usize>| v[r].iter().map(|x| x * x).sum::<f32>().sqrt();
+    let d = merged_delta(&[honest.clone(), poison], &[0.0; 5]);
+    let n = tensor_norm;
     for r in [0..3, 3..5] {
         assert!(
             n(&d, r.clone()) <= n(&honest, r.clone()) * 1.0001,
@@ -297,4 +276,21 @@ fn a_pair_before_the_momentum_exists_is_capped_at_its_smaller_norm() {
             n(&honest, r.clone())
         );
     }
+}
+
+/// The delta the whole merge of `vals` applied (one fragment of two tensors, 0..3 and 3..5,
+/// anchor zero, momentum `m`): the outer step undone, anchor' = −lr·(Δ + μ·(μ·m + Δ)).
+fn merged_delta(vals: &[Vec<f32>], m: &[f32]) -> Vec<f32> {
+    let settings = one_fragment();
+    let (lr, mu) = (settings.raw().outer_lr, settings.raw().momentum);
+    let mut inp = inputs(vals);
+    canonical_order(&mut inp);
+    let anchor = vec![0.0f32; m.len()];
+    let s = robust_step(&spec(false), &mut inp, &anchor, m, &settings, plain(&settings));
+    let k = lr * (1.0 + mu);
+    s.anchor.iter().zip(m).map(|(a, m)| (-a - lr * mu * mu * m) / k).collect()
+}
+
+fn tensor_norm(v: &[f32], r: std::ops::Range<usize>) -> f32 {
+    v[r].iter().map(|x| x * x).sum::<f32>().sqrt()
 }
