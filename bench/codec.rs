@@ -111,7 +111,7 @@ fn main() {
     // What the defences against well-formed poison cost (issue 21): the default merge
     // against one with no norm clip, no author cap and no agreement weights.
     let open =
-        merge::Bounds { clip: f64::INFINITY, max_share: f64::INFINITY, trim: 0.2, agree: false };
+        merge::Bounds { clip: f64::INFINITY, max_share: f64::INFINITY, agree: false, ..bounds };
     for rule in [MergeRule::Rda, MergeRule::Mean] {
         let (on, _) = best(3, || merge::combine(&spec, &inputs, rule, &bounds));
         let (off, _) = best(3, || merge::combine(&spec, &inputs, rule, &open));

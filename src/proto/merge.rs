@@ -36,11 +36,14 @@ pub struct Bounds {
     pub trim: f64,
     /// Scale each weight by the contribution's agreement with the round (`agreement`).
     pub agree: bool,
+    /// Zeros abstain from the agreement's medians: with a sparse codec a zero is a
+    /// coordinate the contribution did not send, not a vote for zero.
+    pub abstain: bool,
 }
 
 impl Default for Bounds {
     fn default() -> Self {
-        Self { clip: 2.0, max_share: 2.0, trim: 0.2, agree: true }
+        Self { clip: 2.0, max_share: 2.0, trim: 0.2, agree: true, abstain: false }
     }
 }
 
@@ -148,8 +151,11 @@ pub fn combine(
     }
     let clips: Vec<_> =
         spec.ranges().map(|(_, range)| clip_factors(inputs, range, bounds.clip)).collect();
-    let agreement =
-        if bounds.agree { agreement(spec, inputs, &clips) } else { vec![1.0; inputs.len()] };
+    let agreement = if bounds.agree {
+        agreement(spec, inputs, &clips, bounds.abstain)
+    } else {
+        vec![1.0; inputs.len()]
+    };
     let w: Vec<f64> = author_weights(inputs, bounds.max_share)
         .iter()
         .zip(&agreement)

@@ -298,6 +298,7 @@ impl Settings {
             max_share: self.raw.max_author_share,
             trim: self.raw.trim,
             agree: self.raw.agreement_weights,
+            abstain: self.raw.encode.codec.is_sparse(),
         }
     }
 

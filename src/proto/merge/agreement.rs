@@ -29,11 +29,24 @@ const OPPOSED: f64 = 0.25;
 /// cosine with the others hovers near zero. Two contributions pointing apart (negative
 /// cosine) both earn nothing: either may be the poisoned one and no median can tell.
 ///
+/// With a sparse codec (`abstain`) a zero is a coordinate the contribution did not send,
+/// not a vote for zero: the medians are over the values that were sent, and the score is
+/// the cosine with the *others'* median (a coordinate only one contribution sent would
+/// otherwise make it its own reference). While zeros voted, a round of top-k deltas had a
+/// median of zero almost everywhere: the simulator's honest sparse swarms skipped over half
+/// their rounds for want of weight, and a quarter of colluding attackers cost 1.6–2.1×
+/// (bench/RESULTS.md, "Sparse deltas: zeros abstain").
+///
 /// Scores are relative to the round's own set, computed in f64 in canonical order: every
 /// peer that merges the same set gets the same bits. Measured (tests/simulator/byzantine.rs,
 /// SECURITY.md): costs an honest swarm nothing; a quarter of colluding peers sending
 /// reversed or aimed deltas cost at most 5%, against 1.25–6.3× without it.
-pub(super) fn agreement(spec: &FragmentSpec, inputs: &[Input<'_>], clips: &[Clip]) -> Vec<f64> {
+pub(super) fn agreement(
+    spec: &FragmentSpec,
+    inputs: &[Input<'_>],
+    clips: &[Clip],
+    abstain: bool,
+) -> Vec<f64> {
     let n = inputs.len();
     if n < 2 {
         return vec![1.0; n];
@@ -47,6 +60,7 @@ pub(super) fn agreement(spec: &FragmentSpec, inputs: &[Input<'_>], clips: &[Clip
     let (mut keys, mut order) = (vec![0i64; n], Vec::new());
     let mut rank = vec![0usize; n];
     let mut sorted = vec![0f64; n];
+    let (mut voters, mut at) = (Vec::with_capacity(n), vec![0usize; n]);
     for ((_, range), clip) in spec.ranges().zip(clips) {
         // Directions only: each contribution's tensor scaled to unit norm.
         let unit: Vec<f64> =
@@ -61,10 +75,32 @@ pub(super) fn agreement(spec: &FragmentSpec, inputs: &[Input<'_>], clips: &[Clip
             for (i, &k) in rank.iter().enumerate() {
                 sorted[k] = column[i];
             }
-            let r = median_of_sorted(&sorted);
+            // With `abstain`, a zero is no vote (a coordinate a sparse delta did not send):
+            // the medians are over the non-zero values, and `at[k]` is where the `k`-th
+            // sorted value sits among them.
+            let votes: &[f64] = if abstain {
+                voters.clear();
+                for (k, &v) in sorted.iter().enumerate() {
+                    at[k] = voters.len();
+                    if v != 0.0 {
+                        voters.push(v);
+                    }
+                }
+                &voters
+            } else {
+                &sorted
+            };
+            let r = if votes.is_empty() { 0.0 } else { median_of_sorted(votes) };
             ref_sq += r * r;
             for i in 0..n {
-                let (c, o) = (column[i], median_without(&sorted, rank[i]));
+                let c = column[i];
+                let o = if abstain && c == 0.0 {
+                    r // not among the votes: the others' median is everyone's
+                } else if votes.len() < 2 {
+                    0.0
+                } else {
+                    median_without(votes, if abstain { at[rank[i]] } else { rank[i] })
+                };
                 sq[i] += c * c;
                 dot[i] += c * r;
                 dot_others[i] += c * o;
@@ -79,7 +115,11 @@ pub(super) fn agreement(spec: &FragmentSpec, inputs: &[Input<'_>], clips: &[Clip
     if n == 2 && with_others[0] < 0.0 {
         return vec![0.0; 2];
     }
-    let score: Vec<f64> = (0..n).map(|i| cos(dot[i], sq[i], ref_sq)).collect();
+    let score: Vec<f64> = if abstain {
+        with_others.clone()
+    } else {
+        (0..n).map(|i| cos(dot[i], sq[i], ref_sq)).collect()
+    };
     let typical = lower_median(score.clone());
     score
         .iter()

@@ -9,7 +9,13 @@ fn plain(settings: &crate::proto::Settings) -> crate::proto::sampling::Outer {
 }
 
 /// No clipping or capping: the plain rules.
-const B: Bounds = Bounds { clip: f64::INFINITY, max_share: f64::INFINITY, trim: 0.2, agree: false };
+const B: Bounds = Bounds {
+    clip: f64::INFINITY,
+    max_share: f64::INFINITY,
+    trim: 0.2,
+    agree: false,
+    abstain: false,
+};
 
 fn spec(emb: bool) -> FragmentSpec {
     FragmentSpec {
@@ -293,4 +299,55 @@ fn merged_delta(vals: &[Vec<f32>], m: &[f32]) -> Vec<f32> {
 
 fn tensor_norm(v: &[f32], r: std::ops::Range<usize>) -> f32 {
     v[r].iter().map(|x| x * x).sum::<f32>().sqrt()
+}
+
+/// Sparse deltas (top-k: most values zero, few coordinates shared by two deltas). If a
+/// zero voted, the round's median would be zero almost everywhere and every contribution
+/// would lose its weight (the simulator's sparse swarms skipped over half their rounds); with
+/// zeros abstaining, honest deltas keep their weight and a reversed, scaled one earns
+/// nothing.
+#[test]
+fn sparse_deltas_are_weighed_on_the_coordinates_they_sent() {
+    let spec = FragmentSpec {
+        id: 0,
+        tensors: vec![TensorSpec { name: "w".into(), shape: vec![64], is_embedding: false }],
+    };
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    // Each delta is one direction (larger on the first 16 coordinates) plus noise, of which
+    // it sends its 4 largest values (top-k); the seventh's author sends its own reversed
+    // and ten times larger.
+    let mut vals: Vec<Vec<f32>> = (0..7)
+        .map(|_| {
+            let mut v: Vec<f32> = (0..64)
+                .map(|j| {
+                    let g = if j < 16 { 3.0 } else { 0.5 };
+                    g + (next() % 200) as f32 / 100.0 - 1.0
+                })
+                .collect();
+            let mut by_size: Vec<usize> = (0..64).collect();
+            by_size.sort_by(|&a, &b| v[b].abs().total_cmp(&v[a].abs()));
+            by_size[4..].iter().for_each(|&j| v[j] = 0.0);
+            v
+        })
+        .collect();
+    vals[6].iter_mut().for_each(|v| *v *= -10.0);
+    let mut inp = inputs(&vals);
+    inp.iter_mut().for_each(|i| i.tokens = 100);
+    let hostile = inp[6].hash;
+    canonical_order(&mut inp);
+    let bounds = Bounds { agree: true, clip: 2.0, abstain: true, ..B };
+    let a = combine(&spec, &inp, MergeRule::Rda, &bounds).agreement;
+    for (i, w) in inp.iter().zip(&a) {
+        if i.hash == hostile {
+            assert_eq!(*w, 0.0, "the reversed delta earned {w}: {a:?}");
+        } else {
+            assert!(*w >= 0.5, "an honest sparse delta weighs {w}: {a:?}");
+        }
+    }
 }
