@@ -10,7 +10,8 @@
 //! core's unit tests, src/proto/tests/attacks.rs.) A second attacker commits no provable
 //! offence at all — signed, author-bound −10× deltas with legal claims — and must cost the
 //! swarm no more than the first, without being banned. `HOSTILE_HONEST` and
-//! `HOSTILE_IDENTITIES` change the counts for measurements (see [`counts`]).
+//! `HOSTILE_IDENTITIES` change the counts for measurements (see [`counts`]),
+//! `HOSTILE_CODEC=top2` the codec (see [`run_encoding`]).
 
 #[path = "hostile/attack.rs"]
 mod attack;
@@ -70,6 +71,15 @@ enum Mode {
     /// Connected, subscribed, and silent: what the attackers' mere presence costs (a
     /// baseline for the others, `HOSTILE_ATTACK=idle`).
     Idle,
+}
+
+/// The run's codec: `q4` (the default), or with `HOSTILE_CODEC=top2` (a measurement) the
+/// sparse codec of tests/sparse_swarm.rs, 16 of every 256 values.
+fn run_encoding() -> EncodeOptions {
+    match std::env::var("HOSTILE_CODEC").as_deref() {
+        Ok("top2") => EncodeOptions { codec: Codec::Top2, block: 256, keep: 16, zstd_level: 3 },
+        _ => EncodeOptions::default(),
+    }
 }
 
 /// What one swarm run ended with.
@@ -194,7 +204,12 @@ fn one_hostile_peer_cannot_crash_steer_or_take_over_a_swarm() {
 fn run(root: &Path, attack: Option<Mode>) -> Outcome {
     std::fs::create_dir_all(root).unwrap();
     let (honest, identities) = counts();
-    let mut peers = common::swarm(root, "hostile", &vec![STEPS; honest]);
+    let manifest = common::swarm_manifest(root, "hostile");
+    let mut m = atoll::manifest::Manifest::load(&manifest).unwrap();
+    m.protocol.encode = run_encoding();
+    common::write_manifest(manifest.clone(), &m);
+    let until = vec![common::Until::Steps(STEPS); honest];
+    let mut peers = common::swarm_of(root, &manifest, &until, |_, s| s);
     let addrs: Vec<Multiaddr> =
         peers.iter_mut().map(|p| p.listen_addr(Duration::from_secs(30)).parse().unwrap()).collect();
     let stop = Arc::new(AtomicBool::new(false));

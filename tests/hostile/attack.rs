@@ -27,6 +27,7 @@ pub(crate) fn attacker(
             done: 0,
             numel: HashMap::new(),
             mode,
+            encode: run_encoding(),
             sent: HashSet::new(),
             seen: HashMap::new(),
         };
@@ -62,6 +63,8 @@ struct Attack {
     /// Values per fragment, learnt from the first delta fetched.
     numel: HashMap<u32, usize>,
     mode: Mode,
+    /// The run's codec: a careful attacker's deltas look like everyone's.
+    encode: EncodeOptions,
     /// `(fragment, round)` of the author-bound deltas sent (one each: no equivocation).
     sent: HashSet<(u32, u64)>,
     /// Honest deltas held per `(fragment, round)` by the direction attack.
@@ -84,7 +87,7 @@ impl Attack {
     ) {
         let meta =
             DeltaMeta { author: self.me.0, fragment: c.fragment, round: c.round, tokens, steps };
-        let opts = EncodeOptions { codec, ..EncodeOptions::default() };
+        let opts = EncodeOptions { codec, ..self.encode };
         let Ok(enc) = delta::encode(meta, values, None, &opts) else { return };
         let _ = self.client.put_blob(bytes::Bytes::copy_from_slice(&enc.bytes));
         let ours = ContributionAnnounce {
@@ -110,7 +113,7 @@ impl Attack {
         let scale: f32 =
             std::env::var("HOSTILE_SCALE").ok().and_then(|s| s.parse().ok()).unwrap_or(-10.0);
         let poison: Vec<f32> = values.iter().map(|v| scale * v).collect();
-        self.announce(&c, &poison, c.tokens, c.steps, Codec::Q4).await;
+        self.announce(&c, &poison, c.tokens, c.steps, self.encode.codec).await;
     }
 
     /// The direction attack (see [`Mode::Direction`]).
@@ -139,7 +142,7 @@ impl Attack {
         let poison: Vec<f32> = aim.iter().map(|a| a * k).collect();
         self.seen.remove(&key);
         self.sent.insert(key);
-        self.announce(&c, &poison, c.tokens, c.steps, Codec::Q4).await;
+        self.announce(&c, &poison, c.tokens, c.steps, self.encode.codec).await;
     }
 
     /// The stall (see [`Mode::Stall`]): the largest delta the fragment allows, announced
