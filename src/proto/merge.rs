@@ -27,8 +27,7 @@ pub struct Input<'a> {
 /// The robustness bounds of a merge; every peer derives them from the same settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Bounds {
-    /// A contribution's norm per tensor is clipped to `clip × the round's median norm` of
-    /// that tensor.
+    /// A contribution's norm per tensor is clipped to `clip ×` the round's median norm.
     pub clip: f64,
     /// No author's total weight may exceed `max_share × the median author's weight`.
     pub max_share: f64,
@@ -36,8 +35,7 @@ pub struct Bounds {
     pub trim: f64,
     /// Scale each weight by the contribution's agreement with the round (`agreement`).
     pub agree: bool,
-    /// Zeros abstain from the agreement's medians: with a sparse codec a zero is a
-    /// coordinate the contribution did not send, not a vote for zero.
+    /// Zeros abstain from the agreement (a sparse delta's zero is a coordinate not sent).
     pub abstain: bool,
 }
 
