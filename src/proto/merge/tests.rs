@@ -111,12 +111,23 @@ fn a_round_that_cancels_out_moves_nothing() {
     assert!(out.delta.iter().all(|&v| v == 0.0), "{:?}", out.delta);
 }
 
+/// `vals` with every value under 0.5 in size set to zero, as a top-k codec leaves them.
+fn sparse(vals: Vec<Vec<f32>>) -> Vec<Vec<f32>> {
+    let keep = |v: f32| if v.abs() < 0.5 { 0.0 } else { v };
+    vals.into_iter().map(|v| v.into_iter().map(keep).collect()).collect()
+}
+
 proptest! {
     /// Agreement factors lie in [0, 1], and at least one contribution of a set keeps
-    /// its whole weight unless the set cancels out.
+    /// its whole weight unless the set cancels out; with zeros abstaining too (sparse
+    /// values: the small ones dropped).
     #[test]
-    fn agreement_is_a_factor(vals in prop::collection::vec(prop::collection::vec(-1f32..1.0, 5), 1..12)) {
-        let bounds = Bounds { agree: true, ..B };
+    fn agreement_is_a_factor(
+        vals in prop::collection::vec(prop::collection::vec(-1f32..1.0, 5), 1..12),
+        abstain in any::<bool>(),
+    ) {
+        let vals = if abstain { sparse(vals) } else { vals };
+        let bounds = Bounds { agree: true, abstain, ..B };
         let a = combine(&spec(true), &inputs(&vals), MergeRule::Rda, &bounds).agreement;
         prop_assert!(a.iter().all(|x| (0.0..=1.0).contains(x)), "{:?}", a);
         prop_assert!(a.contains(&1.0) || a.iter().all(|&x| x == 0.0), "{:?}", a);
@@ -128,7 +139,9 @@ proptest! {
         vals in prop::collection::vec(prop::collection::vec(-1f32..1.0, 5), 1..12),
         rot in 0usize..12,
         mean in any::<bool>(),
+        abstain in any::<bool>(),
     ) {
+        let vals = if abstain { sparse(vals) } else { vals };
         let rule = if mean { MergeRule::Mean } else { MergeRule::Rda };
         let mut a = inputs(&vals);
         let mut b = a.clone();
@@ -136,7 +149,7 @@ proptest! {
         b.reverse();
         canonical_order(&mut a);
         canonical_order(&mut b);
-        let bounds = Bounds { agree: true, clip: 2.0, ..B };
+        let bounds = Bounds { agree: true, clip: 2.0, abstain, ..B };
         let x = combine(&spec(true), &a, rule, &bounds).delta;
         let y = combine(&spec(true), &b, rule, &bounds).delta;
         prop_assert_eq!(
