@@ -41,13 +41,13 @@ use setup::{open, Opened};
 pub use slowdown::Slowdown;
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::path::PathBuf;
 
 use std::time::Duration;
 
 use atoll_net::logthrottle::LogThrottle;
-use atoll_net::{BlobHash, NetConfig, NetEvent, Node};
+use atoll_net::{NetConfig, NetEvent, Node};
 use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -201,7 +201,6 @@ async fn serve<N: Network>(
         timers: BinaryHeap::new(),
         peers: HashMap::new(),
         fetches: fetches::Fetches::default(),
-        own: VecDeque::new(),
         tasks: JoinSet::new(),
         disk,
         foreign: HashSet::new(),
@@ -258,9 +257,6 @@ struct Loop<N> {
     /// libp2p ids behind the protocol's peer ids.
     peers: HashMap<PeerId, atoll_net::PeerId>,
     fetches: fetches::Fetches,
-    /// This peer's own deltas, oldest first, pinned in the payload store while others may
-    /// still fetch them (see [`Loop::keep_own`]).
-    own: VecDeque<BlobHash>,
     /// Announcements being published and foreign manifests being diagnosed; awaited (for
     /// a moment) at shutdown.
     tasks: JoinSet<()>,

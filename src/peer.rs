@@ -3,14 +3,21 @@
 //! states when a member joins, merging on after training until the swarm is quiet, then
 //! finishing. Executors (the tokio node, the simulator) feed it [`PeerEvent`]s with the
 //! time and carry out its [`Effect`]s; none of them decides any of this itself, so the
-//! policies are tested here on virtual time.
+//! policies are tested here on virtual time. What it offers to others that fetch from
+//! it (its states and own deltas) is in a store it owns ([`Offered`]).
 //!
 //! ```text
 //!  trainer reports, run members, core events ──▶ Peer::handle ──▶ effects: core outputs,
-//!  the clock ────────────────────────────────▶ Peer::poll         release, finish
+//!  the clock ────────────────────────────────▶ Peer::poll         offers, release, finish
 //! ```
 
-use crate::proto::{ApplyAnchor, Event, Millis, Output, Protocol};
+mod store;
+
+pub use store::{Change, Offered};
+
+use crate::delta::ContentHash;
+use crate::proto::{ApplyAnchor, Event, Message, Millis, Output, Protocol};
+use bytes::Bytes;
 
 /// A trained peer considers the swarm quiet when no fragment changed for a whole period
 /// plus the grace cap plus this margin (every fragment then had a round with nothing to
@@ -46,6 +53,11 @@ pub enum PeerEvent {
 pub enum Effect {
     /// An output of the protocol core.
     Core(Output),
+    /// Serve `payload` under `hash` to peers that fetch it, from now on (before the
+    /// announcement that names it); `pinned`: keep it until withdrawn.
+    Offer { hash: ContentHash, payload: Bytes, pinned: bool },
+    /// No longer offered: a store of the executor's own may let it go.
+    Withdraw { hash: ContentHash },
     /// A held late joiner may take its first inner step.
     Release(Release),
     /// Training is over: apply these final anchors (none if training never finished),
@@ -78,6 +90,7 @@ pub struct Peer {
     last_change: Millis,
     /// When to announce our states again for members that joined, and once more after.
     reannounce: [Option<Millis>; 2],
+    offered: Offered,
 }
 
 impl Peer {
@@ -85,6 +98,11 @@ impl Peer {
     /// started in a swarm that has merged already: it is held until it caught up, or for
     /// two periods and a margin at most.
     pub fn new(proto: Protocol, period: Millis, late: Option<Millis>) -> Self {
+        // A delta is merged within `max_lateness` rounds of its own and a peer makes at
+        // most one per fragment round: the last `fragments × (max_lateness + 2)` are kept.
+        let raw = proto.settings().raw();
+        let keep_own = raw.fragments.saturating_mul(raw.max_lateness as usize + 2);
+        let offered = Offered::new(raw.fragments, keep_own);
         Self {
             proto,
             period,
@@ -95,6 +113,7 @@ impl Peer {
             finishing: false,
             last_change: 0,
             reannounce: [None; 2],
+            offered,
         }
     }
 
@@ -102,11 +121,11 @@ impl Peer {
         &self.proto
     }
 
-    /// The payload with this hash, if this peer serves it: a contribution it holds, or its
-    /// current state of a fragment (the node also keeps what it published in atoll-net's
+    /// The payload with this hash, if this peer offers it: its current state of a
+    /// fragment or one of its latest own deltas (the node mirrors these into atoll-net's
     /// store, shared, not copied).
-    pub fn payload(&self, hash: &crate::delta::ContentHash) -> Option<bytes::Bytes> {
-        self.proto.serve(hash)
+    pub fn payload(&self, hash: &ContentHash) -> Option<Bytes> {
+        self.offered.get(hash)
     }
 
     /// Whether a late joiner is still waiting for the swarm's anchors.
@@ -192,6 +211,19 @@ impl Peer {
         queue.reverse();
         let mut effects = Vec::with_capacity(queue.len());
         while let Some(out) = queue.pop() {
+            match &out {
+                Output::Publish { msg: Message::State(s), payload } => {
+                    let changes = self.offered.set_state(s.fragment as usize, s.hash, payload);
+                    self.offer(changes, &mut effects);
+                }
+                Output::Publish { msg: Message::Contribution(c), payload }
+                    if c.origin == self.proto.me() =>
+                {
+                    let changes = self.offered.add_own(c.hash, payload);
+                    self.offer(changes, &mut effects);
+                }
+                _ => {}
+            }
             match out {
                 Output::Merged(_) | Output::Adopted { .. } => self.last_change = now,
                 Output::Apply(_) if self.finishing => continue,
@@ -207,7 +239,31 @@ impl Peer {
             }
             effects.push(Effect::Core(out));
         }
+        // A state merged or adopted without an announcement (a sampled swarm announces only
+        // its contributors' merges) is still offered: this peer's deltas name it as base.
+        // (Round 0's state is the manifest's, which every peer makes for itself.)
+        for p in 0..self.proto.settings().raw().fragments {
+            if self.proto.state(p).round == 0 {
+                continue;
+            }
+            let hash = self.proto.state_hash(p);
+            let changes = self.offered.set_state(p, hash, self.proto.state_payload(p));
+            self.offer(changes, &mut effects);
+        }
         effects
+    }
+
+    /// The effects that tell an executor's store what changed in ours.
+    fn offer(&self, changes: Vec<Change>, effects: &mut Vec<Effect>) {
+        for c in changes {
+            effects.push(match c {
+                Change::Added { hash, pinned } => {
+                    let Some(payload) = self.offered.get(&hash) else { continue };
+                    Effect::Offer { hash, payload, pinned }
+                }
+                Change::Removed { hash } => Effect::Withdraw { hash },
+            });
+        }
     }
 
     /// Releases a held joiner once every fragment caught up with the swarm, or when its

@@ -118,6 +118,12 @@ impl Harness {
         for e in effects {
             let o = match e {
                 Effect::Core(o) => o,
+                // Served from the peer's own store (`Op::Serve`).
+                Effect::Offer { hash, payload, .. } => {
+                    assert_eq!(ContentHash::of(&payload), hash, "an offered payload matches its hash");
+                    continue;
+                }
+                Effect::Withdraw { .. } => continue,
                 Effect::Release(r) => {
                     assert!(!self.released && !self.finished, "released twice or after finishing");
                     assert_eq!(r.rounds.len(), 2);

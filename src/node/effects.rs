@@ -22,6 +22,14 @@ impl<N: super::Network> Loop<N> {
         while let Some(effect) = queue.pop() {
             let out = match effect {
                 Effect::Core(out) => out,
+                Effect::Offer { hash, payload, pinned } => {
+                    self.offer(hash, payload, pinned);
+                    continue;
+                }
+                Effect::Withdraw { hash } => {
+                    self.net.pin_blob(&BlobHash(hash.0), false);
+                    continue;
+                }
                 Effect::Release(r) => {
                     self.release(r).await;
                     continue;
@@ -44,22 +52,17 @@ impl<N: super::Network> Loop<N> {
                         queue.extend(more);
                     }
                 }
-                Output::Publish { msg, payload } => {
-                    let mine = self.peer.protocol().me();
-                    let own = match &msg {
-                        // A new delta of ours moved the fragment's residual on: keep it with
-                        // the anchors, so a restart continues it.
-                        Message::Contribution(a) if a.origin == mine => {
+                Output::Publish { msg, .. } => {
+                    // A new delta of ours moved the fragment's residual on: keep it with
+                    // the anchors, so a restart continues it.
+                    if let Message::Contribution(a) = &msg {
+                        if a.origin == self.peer.protocol().me() {
                             let residual = self.peer.protocol().residual(a.fragment as usize);
                             self.disk.save_residual(a.fragment, residual.to_vec());
-                            Some(BlobHash(a.hash.0))
                         }
-                        _ => None,
-                    };
-                    self.publish(msg, payload);
-                    if let Some(hash) = own {
-                        self.keep_own(hash);
                     }
+                    // Its payload was offered just before (`Effect::Offer`).
+                    self.publish(msg);
                 }
                 Output::Fetch { hash, holders, max_len, deadline } => {
                     self.fetch(hash, &holders, max_len, deadline)
@@ -112,15 +115,26 @@ impl<N: super::Network> Loop<N> {
         }
     }
 
-    /// Stores the announced payload (shared, not copied) so peers can fetch it, then
-    /// gossips the announcement. A payload kept already (an adopted state was stored by its
-    /// fetch; a repeated announcement) is not chunk-hashed again: 8 bytes per parameter.
-    pub(super) fn publish(&mut self, msg: Message, payload: Bytes) {
-        if !self.net.has_blob(&BlobHash(msg.payload_hash().0)) {
+    /// Keeps an offered payload in atoll-net's store (shared, not copied) for peers that
+    /// fetch it. A payload kept already (an adopted state was stored by its fetch) is not
+    /// chunk-hashed again: 8 bytes per parameter. A pinned one (an own delta others may
+    /// still fetch) stays until withdrawn: an author that answers "not here" for a delta
+    /// it announced is struck (`unserved`), so a least-recently-used store filling up in a
+    /// busy round must not drop it.
+    fn offer(&mut self, hash: ContentHash, payload: Bytes, pinned: bool) {
+        let hash = BlobHash(hash.0);
+        if !self.net.has_blob(&hash) {
             if let Err(e) = self.net.put_blob(payload) {
                 tracing::warn!(error = %e, "cannot store a payload for serving");
             }
         }
+        if pinned && !self.net.pin_blob(&hash, true) {
+            tracing::warn!(%hash, "cannot keep an own delta from eviction: the payload store is too small");
+        }
+    }
+
+    /// Gossips an announcement.
+    pub(super) fn publish(&mut self, msg: Message) {
         let payload = wire::encode(&self.run_id.0, &msg);
         let net = self.net.clone();
         self.spawn(async move {
@@ -128,29 +142,6 @@ impl<N: super::Network> Loop<N> {
                 tracing::debug!(error = %e, "announcement not published");
             }
         });
-    }
-
-    /// Pins this peer's new delta in the payload store while others may still fetch it:
-    /// an author that answers "not here" for a delta it announced is struck (`unserved`),
-    /// so a least-recently-used store filling up in a busy round must not drop it. A delta
-    /// is merged within `max_lateness` rounds of its own and a peer makes at most one per
-    /// fragment round, so the last `fragments × (max_lateness + 2)` stay pinned.
-    fn keep_own(&mut self, hash: BlobHash) {
-        if self.own.contains(&hash) {
-            return; // re-announced
-        }
-        if !self.net.pin_blob(&hash, true) {
-            tracing::warn!(%hash, "cannot keep an own delta from eviction: the payload store is too small");
-            return;
-        }
-        let raw = self.peer.protocol().settings().raw();
-        let keep = raw.fragments.saturating_mul(raw.max_lateness as usize + 2);
-        self.own.push_back(hash);
-        while self.own.len() > keep {
-            if let Some(old) = self.own.pop_front() {
-                self.net.pin_blob(&old, false);
-            }
-        }
     }
 
     /// Fetches `hash` from its holders, all at once: atoll-net spreads the chunks over

@@ -5,6 +5,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use super::*;
+use crate::delta::ContentHash;
 use crate::fragment::{FragmentPlan, TensorSpec};
 use crate::proto::{Message, PeerId, RawSettings, Settings};
 
@@ -164,6 +165,47 @@ fn members_that_join_hear_our_states_again() {
     assert_eq!(states(&p.poll(t + REANNOUNCE_LATE_MS)), 2);
     assert_eq!(p.next_poll(), None);
     assert_eq!(states(&p.poll(t + 10 * PERIOD)), 0);
+}
+
+/// What a peer offers to fetchers is its state of each fragment and its latest own deltas,
+/// each offered before the announcement that names it; older ones are withdrawn.
+#[test]
+fn a_peer_offers_its_states_and_latest_deltas() {
+    let mut p = Peer::new(protocol(1), PERIOD, None);
+    let effects = train_alone(&mut p, 0, 12 * PERIOD);
+    let mut offered: Vec<(ContentHash, bool)> = Vec::new();
+    let mut own = Vec::new();
+    for e in &effects {
+        match e {
+            Effect::Offer { hash, payload, pinned } => {
+                assert_eq!(ContentHash::of(payload), *hash);
+                offered.push((*hash, *pinned));
+            }
+            Effect::Withdraw { hash } => offered.retain(|(h, _)| h != hash),
+            Effect::Core(Output::Publish { msg, .. }) => {
+                let hash = msg.payload_hash();
+                assert!(offered.iter().any(|(h, _)| *h == hash), "announced before offered");
+                if let Message::Contribution(c) = msg {
+                    own.push(c.hash);
+                }
+            }
+            _ => {}
+        }
+    }
+    // Two fragments × (max_lateness 3 + 2) own deltas stay, pinned, and both states.
+    let pinned: Vec<_> = offered.iter().filter(|(_, pinned)| *pinned).map(|(h, _)| *h).collect();
+    assert_eq!(pinned.len(), 10, "{} own deltas made", own.len());
+    assert!(own.len() > 12, "{} own deltas made", own.len());
+    assert_eq!(pinned[..], own[own.len() - 10..]);
+    assert!(p.payload(&own[0]).is_none(), "the oldest delta was let go");
+    assert!(own[own.len() - 10..].iter().all(|h| p.payload(h).is_some()));
+    for f in 0..2 {
+        let hash = p.protocol().state_hash(f);
+        assert!(p.protocol().state(f).round > 0);
+        assert_eq!(p.payload(&hash).map(|b| ContentHash::of(&b)), Some(hash));
+        assert!(offered.contains(&(hash, false)));
+    }
+    assert_eq!(offered.len(), 12, "nothing else stays offered");
 }
 
 /// A trained peer merges on until nothing changed for the quiet time, then finishes once,

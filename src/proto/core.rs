@@ -10,7 +10,6 @@ use super::state::FragmentState;
 use super::{ContributionAnnounce, Message, PeerId, Settings};
 use crate::delta::{self, ContentHash, DeltaMeta, ErrorFeedback, Limits};
 use crate::fragment::FragmentPlan;
-use bytes::Bytes;
 
 mod view;
 use rand::SeedableRng;
@@ -159,20 +158,6 @@ impl Protocol {
             }
         }
         out
-    }
-
-    /// The payload with this hash, if this peer can serve it: a contribution it holds or
-    /// its current state of a fragment. Executors ask the peer (`Peer::payload`).
-    pub(crate) fn serve(&self, hash: &ContentHash) -> Option<Bytes> {
-        for lane in &self.lanes {
-            if let Some(h) = lane.held.get(hash) {
-                return Some(h.bytes.clone());
-            }
-            if lane.state_hash == *hash {
-                return Some(lane.state_bytes.clone());
-            }
-        }
-        None
     }
 
     /// Announcements worth repeating when a peer joins: this peer's states (past round 0)

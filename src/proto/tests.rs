@@ -56,11 +56,11 @@ fn one_round_alone_publishes_merges_and_applies() {
     let ev = Event::Snapshot { fragment: 0, round: 1, params, tokens: 100, steps: 10 };
     let out = p.handle(ev, 1001);
     let announce = out.iter().find_map(|o| match o {
-        Output::Publish { msg: Message::Contribution(c), .. } => Some(c.clone()),
+        Output::Publish { msg: Message::Contribution(c), payload } => Some((c.clone(), payload)),
         _ => None,
     });
-    let announce = announce.expect("a contribution is announced");
-    assert!(p.serve(&announce.hash).is_some(), "own deltas are served");
+    let (announce, payload) = announce.expect("a contribution is announced");
+    assert_eq!(ContentHash::of(payload), announce.hash, "the payload is the announced delta");
     // K = 1: the own delta is the quorum; the close timer is within the cap.
     let (at, close) = timers(&out)[0];
     assert!(matches!(close, Timer::Close { fragment: 0, round: 1 }) && at <= 1101);
@@ -81,12 +81,15 @@ fn one_round_alone_publishes_merges_and_applies() {
     // One delta of 0.25 (4-bit exact here), outer lr 0.7, μ 0.9: 0.5 − 0.7·(0.25 + 0.225).
     let a = apply.expect("anchor applied");
     assert!((a.anchor[0] - (0.5 - 0.7 * 0.475)).abs() < 1e-6, "{}", a.anchor[0]);
-    assert!(out
-        .iter()
-        .any(|o| matches!(o, Output::Publish { msg: Message::State(s), .. } if s.round == 1)));
-    // The state is served for reconciliation and decodes to itself.
-    let bytes = p.serve(&p.state_hash(0)).unwrap();
-    let back = FragmentState::from_bytes(&bytes, &plan().fragments[0]).unwrap();
+    let state = out.iter().find_map(|o| match o {
+        Output::Publish { msg: Message::State(s), payload } if s.round == 1 => Some((s, payload)),
+        _ => None,
+    });
+    // The state is announced with its payload, for reconciliation, and decodes to itself.
+    let (state, bytes) = state.expect("the new state is announced");
+    assert_eq!((state.hash, ContentHash::of(bytes)), (p.state_hash(0), p.state_hash(0)));
+    assert_eq!(p.state_payload(0), bytes);
+    let back = FragmentState::from_bytes(bytes, &plan().fragments[0]).unwrap();
     assert_eq!(&back, p.state(0));
 }
 
@@ -94,20 +97,19 @@ fn one_round_alone_publishes_merges_and_applies() {
 fn identical_inputs_give_identical_states_on_two_peers() {
     // Two peers merge the same two deltas received in opposite orders: same bits.
     let (mut a, mut b) = (peer(1, 0), peer(2, 0));
-    let mut announces = Vec::new();
+    let (mut announces, mut bytes): (_, Vec<Bytes>) = (Vec::new(), Vec::new());
     for (p, v) in [(&mut a, 0.1f32), (&mut b, 0.3f32)] {
         p.start(0);
         p.handle(Event::Timer(Timer::Open { fragment: 0, round: 1 }), 1000);
         let ev =
             Event::Snapshot { fragment: 0, round: 1, params: vec![v; 8], tokens: 50, steps: 5 };
         for o in p.handle(ev, 1000) {
-            if let Output::Publish { msg: Message::Contribution(c), .. } = o {
+            if let Output::Publish { msg: Message::Contribution(c), payload } = o {
                 announces.push(c);
+                bytes.push(payload);
             }
         }
     }
-    let bytes: Vec<Bytes> =
-        vec![a.serve(&announces[0].hash).unwrap(), b.serve(&announces[1].hash).unwrap()];
     for (me, other, idx) in [(&mut a, PeerId(2), 1), (&mut b, PeerId(1), 0)] {
         let msg = Message::Contribution(announces[idx].clone());
         let out = me.handle(Event::Message { from: other, msg }, 1010);

@@ -118,6 +118,8 @@ impl Sim {
         for e in effects {
             match e {
                 Effect::Core(o) => self.output(i, o),
+                // Served from the peer's own store when a fetch asks (`Peer::payload`).
+                Effect::Offer { .. } | Effect::Withdraw { .. } => {}
                 Effect::Release(r) => self.release(i, r),
                 Effect::Finish { anchors } => self.finish(i, anchors),
             }
@@ -141,7 +143,6 @@ impl Sim {
     fn output(&mut self, i: usize, o: Output) {
         let inc = self.slots[i].inc;
         match o {
-            // Payloads are served by the peer (`Peer::payload`) when a fetch asks.
             Output::Publish { msg, .. } if self.byz.is_hostile(i) => self.hostile_broadcast(i, msg),
             Output::Publish { msg, .. } => self.broadcast(i, msg),
             Output::Fetch { hash, holders, max_len, deadline } => {

@@ -37,6 +37,11 @@ impl Protocol {
         self.lanes[p].state_hash
     }
 
+    /// The encoded state of fragment `p` (what hashes to [`Protocol::state_hash`]).
+    pub fn state_payload(&self, p: usize) -> &bytes::Bytes {
+        &self.lanes[p].state_bytes
+    }
+
     /// Fraction of peers that announced our current round of `p` and hold our state.
     pub fn agreement(&self, p: usize) -> f64 {
         let lane = &self.lanes[p];
