@@ -66,3 +66,44 @@ fn trained_peers_merge_on_until_the_swarm_is_quiet_then_finish_alike() {
     let differ = finals.iter().filter(|a| *a != first).count();
     assert_eq!(differ, 0, "{differ} of 100 peers finished with other anchors");
 }
+
+/// The node's in-process scenarios (tests/node_in_process.rs: a restart, a late join, a
+/// healed partition) at once, at 120 peers: 12 restart from their checkpoints, two fresh
+/// peers join late and a 80/40 partition heals; then every peer, the restarted and the
+/// joiners too, holds the same states, the joiners without a step on the initial weights.
+#[test]
+fn restarts_late_joiners_and_a_healed_partition_at_120_peers() {
+    let seed = seed_from_env(93);
+    let n = 120;
+    let mut sim = Sim::new(SimConfig::new(n, seed)).unwrap();
+    let joiners = [118, 119];
+    for j in joiners {
+        sim.crash(j);
+    }
+    sim.run_cycles(3);
+    for i in 0..12 {
+        sim.crash(i);
+    }
+    sim.partition((0..n).map(|i| u8::from(i >= 80)).collect());
+    sim.run_cycles(2);
+    for i in 0..12 {
+        sim.restart(i).unwrap();
+    }
+    for j in joiners {
+        sim.join_fresh(j).unwrap();
+    }
+    sim.run_cycles(2);
+    assert!(sim.consensus_distance() > 0.0, "seed {seed}: the partition should split the anchors");
+    sim.heal();
+    sim.run_cycles(3);
+    let distinct: Vec<usize> = (0..2).map(|p| sim.distinct_states(p)).collect();
+    assert!(sim.agree(), "seed {seed}: no agreement after the heal, distinct states {distinct:?}");
+    for j in joiners {
+        let (_, why, steps) = sim.life(j).released.clone().expect("a joiner was never released");
+        assert_eq!(steps, 0, "seed {seed}: joiner {j} trained before it held anchors ({why:?})");
+    }
+    let restarted = (0..12).filter_map(|i| sim.protocol(i)).count();
+    assert_eq!(restarted, 12, "seed {seed}: the restarted peers are live");
+    assert!(sim.stats.adoptions > 0, "seed {seed}: the partition must have been reconciled");
+    assert_eq!(sim.stats.unknown_lineage, 0, "seed {seed}");
+}
