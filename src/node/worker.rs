@@ -91,7 +91,7 @@ pub fn run(mut s: WorkerSetup, mut cmds: mpsc::Receiver<ToWorker>, out: mpsc::Se
     super::priority::lower_this_thread();
     let mut w = Worker {
         since: vec![(0, 0); s.plan.len()],
-        window: Window::new(),
+        window: SinceValidation::new(),
         log: MetricsLog::new(&s.run_dir),
         started: Instant::now(),
     };
@@ -146,19 +146,19 @@ pub fn run(mut s: WorkerSetup, mut cmds: mpsc::Receiver<ToWorker>, out: mpsc::Se
 struct Worker {
     /// Tokens and steps since the last snapshot, per fragment.
     since: Vec<(u64, u64)>,
-    window: Window,
+    window: SinceValidation,
     log: MetricsLog,
     started: Instant,
 }
 
 /// Training loss and throughput since the last validation.
-struct Window {
+struct SinceValidation {
     loss: LossMean,
     tokens: u64,
     start: Instant,
 }
 
-impl Window {
+impl SinceValidation {
     fn new() -> Self {
         Self { loss: LossMean::default(), tokens: 0, start: Instant::now() }
     }
@@ -234,7 +234,7 @@ impl Worker {
                 );
             }
             let _ = out.try_send(FromWorker::Validation(record));
-            self.window = Window::new();
+            self.window = SinceValidation::new();
         }
         if step % s.checkpoint_every == 0 || last {
             save(s);
