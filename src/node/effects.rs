@@ -52,7 +52,7 @@ impl<N: super::Network> Loop<N> {
                         queue.extend(more);
                     }
                 }
-                Output::Publish { msg, .. } => {
+                Output::Publish { msg, payload } => {
                     // A new delta of ours moved the fragment's residual on: keep it with
                     // the anchors, so a restart continues it.
                     if let Message::Contribution(a) = &msg {
@@ -61,7 +61,9 @@ impl<N: super::Network> Loop<N> {
                             self.disk.save_residual(a.fragment, residual.to_vec());
                         }
                     }
-                    // Its payload was offered just before (`Effect::Offer`).
+                    // Its payload was offered when it was new (`Effect::Offer`); a repeated
+                    // announcement puts it back if atoll-net's store has evicted it since.
+                    self.offer(msg.payload_hash(), payload, false);
                     self.publish(msg);
                 }
                 Output::Fetch { hash, holders, max_len, deadline } => {
