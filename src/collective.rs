@@ -292,6 +292,12 @@ impl<N: Network> Group<N> {
                 return;
             }
             match tokio::time::timeout_at(announce_at.min(deadline), self.events.recv()).await {
+                // A member that left fetches nothing more from this one: its word is not
+                // waited for (the last member to finish leaves as soon as it has said so,
+                // and its announcement may not get out before its node stops).
+                Ok(Some(NetEvent::RunPeerLeft(p))) if self.members.contains(&p) => {
+                    self.latest.insert(p, done);
+                }
                 Ok(Some(ev)) => {
                     self.on_event(ev);
                 }
