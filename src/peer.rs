@@ -13,7 +13,7 @@
 
 mod store;
 
-pub use store::{Change, Offered};
+pub use store::Offered;
 
 use crate::delta::ContentHash;
 use crate::proto::{ApplyAnchor, Event, Message, Millis, Output, Protocol};
@@ -213,14 +213,12 @@ impl Peer {
         while let Some(out) = queue.pop() {
             match &out {
                 Output::Publish { msg: Message::State(s), payload } => {
-                    let changes = self.offered.set_state(s.fragment as usize, s.hash, payload);
-                    self.offer(changes, &mut effects);
+                    effects.extend(self.offered.set_state(s.fragment as usize, s.hash, payload));
                 }
                 Output::Publish { msg: Message::Contribution(c), payload }
                     if c.origin == self.proto.me() =>
                 {
-                    let changes = self.offered.add_own(c.hash, payload);
-                    self.offer(changes, &mut effects);
+                    effects.extend(self.offered.add_own(c.hash, payload));
                 }
                 _ => {}
             }
@@ -247,23 +245,9 @@ impl Peer {
                 continue;
             }
             let hash = self.proto.state_hash(p);
-            let changes = self.offered.set_state(p, hash, self.proto.state_payload(p));
-            self.offer(changes, &mut effects);
+            effects.extend(self.offered.set_state(p, hash, self.proto.state_payload(p)));
         }
         effects
-    }
-
-    /// The effects that tell an executor's store what changed in ours.
-    fn offer(&self, changes: Vec<Change>, effects: &mut Vec<Effect>) {
-        for c in changes {
-            effects.push(match c {
-                Change::Added { hash, pinned } => {
-                    let Some(payload) = self.offered.get(&hash) else { continue };
-                    Effect::Offer { hash, payload, pinned }
-                }
-                Change::Removed { hash } => Effect::Withdraw { hash },
-            });
-        }
     }
 
     /// Releases a held joiner once every fragment caught up with the swarm, or when its
