@@ -161,7 +161,7 @@ fn not_running(s: &StatusFile, now: u64) -> Option<Finding> {
 fn same_run<'a>(t: &TrainingStatus, peers: &[&'a PeerEntry]) -> Vec<&'a PeerEntry> {
     peers
         .iter()
-        .filter(|p| p.heartbeat.trains && p.heartbeat.manifest.as_deref() == Some(&t.manifest_id))
+        .filter(|p| p.heartbeat.trains && p.heartbeat.manifest.as_deref() == Some(&t.run_id))
         .copied()
         .collect()
 }
@@ -245,13 +245,13 @@ fn manifest_mismatch(
     let (foreign, others, ours): (u64, Vec<&PeerEntry>, Option<&str>) = match t {
         Some(t) => {
             let others = trainers()
-                .filter(|p| p.heartbeat.manifest.as_deref() != Some(&t.manifest_id))
+                .filter(|p| p.heartbeat.manifest.as_deref() != Some(&t.run_id))
                 .copied()
                 .collect();
             // Refusals count while they keep coming: a foreign peer that left is history.
             let recent =
                 t.last_foreign_unix_ms.is_some_and(|at| now.saturating_sub(at) <= FRESH_MS);
-            (if recent { t.foreign_messages } else { 0 }, others, Some(&t.manifest_id))
+            (if recent { t.foreign_messages } else { 0 }, others, Some(&t.run_id))
         }
         // A peer without a manifest sees a mismatch when trainers disagree among themselves.
         None => {

@@ -20,7 +20,8 @@
 //! - [`join`]: `--join RUN_ID@MULTIADDR`: the run's manifest fetched by its id from a peer.
 //! - [`rundir`]: the run dir's report and resume files (`status.json`, `swarm.json`,
 //!   `merges.jsonl`, `anchors/`): formats, readers and writers, below node and web.
-//! - [`node`]: a training peer: trainer thread + [`peer`] + `atoll-net`.
+//! - [`node`]: a training peer: trainer + [`peer`] + `atoll-net`, on the system clock (or a
+//!   test runtime's virtual one, `node::Clock`).
 //! - [`sample`]: text generation from a trained model.
 //! - [`chaos`]: the chaos harness's seeded fault schedule and its goodput/uptime figures.
 //! - [`heartbeat`]: the heartbeat every peer gossips (codec) and the table of the run's

@@ -13,7 +13,10 @@
 //! before the first step. A peer that reached its step target (or `duration`) stays,
 //! merging the others' deltas, until no fragment changed for a period plus the grace cap
 //! (the swarm is quiet), then applies its final anchors, evaluates them and exits.
+//! Tests may run nodes on a paused runtime's virtual clock instead of the system's
+//! ([`Clock`]); the trainer is then a task of that runtime.
 
+mod clock;
 mod disk;
 mod effects;
 mod error;
@@ -32,6 +35,7 @@ pub mod slowdown;
 pub mod wire;
 pub mod worker;
 
+pub use clock::Clock;
 pub use error::NodeError;
 pub use network::Network;
 pub use observer::serve_without_training;
@@ -59,7 +63,7 @@ use crate::manifest::{Manifest, RunId};
 use crate::peer::Peer;
 use crate::proto::{Millis, PeerId, Timer};
 use crate::rundir::ledger;
-use crate::rundir::status::{self, TrainingStatus};
+use crate::rundir::status::TrainingStatus;
 use worker::WorkerSetup;
 
 /// How often `status.json` is rewritten (training and `--no-train` peers alike).
@@ -97,6 +101,9 @@ pub struct NodeOptions {
     /// Emulate a slower machine (`--slowdown`): each inner step takes this many times its
     /// compute time. [`Slowdown::NONE`] for full speed.
     pub slowdown: Slowdown,
+    /// The system clock ([`Clock::System`]) for a real peer; tests may run on a paused
+    /// runtime's.
+    pub clock: Clock,
 }
 
 /// How a node ended.
@@ -162,8 +169,8 @@ async fn serve<N: Network>(
     // A fresh peer joining a swarm that has merged already first takes the swarm's anchors
     // (from several donors at once), then trains: steps on the initial parameters would be
     // wasted, and their delta would pull the swarm back.
-    let clock = started_unix_ms.saturating_sub(opts.manifest.epoch_unix_ms);
-    let late = fresh && (0..plan.len()).any(|p| proto.schedule().current_round(p, clock) > 1);
+    let run_ms = started_unix_ms.saturating_sub(opts.manifest.epoch_unix_ms);
+    let late = fresh && (0..plan.len()).any(|p| proto.schedule().current_round(p, run_ms) > 1);
     let (to_worker, worker_rx) = mpsc::channel(256);
     let (worker_tx, from_worker) = mpsc::channel(256);
     let setup = WorkerSetup {
@@ -178,9 +185,7 @@ async fn serve<N: Network>(
     };
     let endpoints = opts.board.as_ref().map(|b| b.endpoints()).unwrap_or_default();
     let disk = disk::Disk::start(opts.run_dir.clone(), endpoints).map_err(NodeError::Thread)?;
-    let worker = std::thread::Builder::new()
-        .name("atoll-trainer".into())
-        .spawn(move || worker::run(setup, worker_rx, worker_tx))
+    let worker = worker::Running::start(&opts.clock, setup, worker_rx, worker_tx)
         .map_err(NodeError::Thread)?;
 
     let proto_id = ledger::peer_hex(proto_peer(&net.peer_id()));
@@ -197,7 +202,7 @@ async fn serve<N: Network>(
         run_id: opts.manifest.run_id(),
         manifest: opts.manifest.clone(),
         net,
-        peer: Peer::new(proto, period, late.then_some(clock)),
+        peer: Peer::new(proto, period, late.then_some(run_ms)),
         timers: BinaryHeap::new(),
         peers: HashMap::new(),
         fetches: fetches::Fetches::default(),
@@ -207,7 +212,7 @@ async fn serve<N: Network>(
         reported: LogThrottle::new(LogThrottle::<PeerId>::DEFAULT_WINDOW, 4096),
         to_worker: WorkerOutbox::new(to_worker),
         status: TrainingStatus {
-            manifest_id: opts.manifest.run_id().short(),
+            run_id: opts.manifest.run_id().short(),
             target_step: opts.target_step,
             step: resumed_step,
             tokens: resumed_tokens,
@@ -220,7 +225,8 @@ async fn serve<N: Network>(
             delta_bytes_per_period,
             ..TrainingStatus::default()
         },
-        beacon: heartbeats::Beacon::new(status::unix_ms()),
+        beacon: heartbeats::Beacon::new(opts.clock.unix_ms()),
+        clock: opts.clock,
         started_unix_ms,
         allow: opts.net.allow.clone(),
         board: opts.board.clone(),
@@ -232,11 +238,11 @@ async fn serve<N: Network>(
     lp.fetches.shutdown();
     // Closing the command channel ends a worker that is still running (after an error).
     lp.to_worker.close();
-    let _ = worker.join();
+    worker.join().await;
     lp.settle().await;
-    let Loop { net, disk, status, beacon, board, .. } = lp;
+    let Loop { net, disk, status, beacon, board, clock, .. } = lp;
     if let Ok(stats) = net.stats().await {
-        disk.write_swarm(beacon.view(&net.peer_id(), status::unix_ms()));
+        disk.write_swarm(beacon.view(&net.peer_id(), clock.unix_ms()));
         if let Some(b) = &board {
             b.set_status(false, stats.clone(), Some(status.clone()));
         }
@@ -276,4 +282,5 @@ struct Loop<N> {
     beacon: heartbeats::Beacon,
     /// What the status page and metrics show (`None`: not served).
     board: Option<crate::web::Board>,
+    clock: Clock,
 }

@@ -64,7 +64,7 @@ fn a_peer_given_only_the_join_line_joins_trains_and_agrees() {
     let given = std::fs::read(tmp.path().join("manifest-in.json")).unwrap();
     let saved = std::fs::read(dir.join(atoll::manifest::FILE_NAME)).unwrap();
     assert_eq!(Manifest::from_bytes(&saved).unwrap(), Manifest::from_bytes(&given).unwrap());
-    assert_eq!(t.manifest_id, Manifest::from_bytes(&given).unwrap().run_id().short());
+    assert_eq!(t.run_id, Manifest::from_bytes(&given).unwrap().run_id().short());
     peers.push(joined);
     let deadline = common::deadline_for(steps, peers.len());
     common::wait_all_exit(&mut peers, deadline);

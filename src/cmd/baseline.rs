@@ -70,7 +70,7 @@ pub struct Summary {
     /// The same for data-parallel (one all-reduce of f32 gradients per inner step).
     pub data_parallel_bytes_per_learner: u64,
     pub wall_s: f64,
-    pub manifest_id: String,
+    pub run_id: String,
 }
 
 pub fn main(args: Args) -> anyhow::Result<()> {
@@ -140,7 +140,7 @@ pub fn main(args: Args) -> anyhow::Result<()> {
         allreduce_bytes_per_learner: per * end.outer_steps,
         data_parallel_bytes_per_learner: per * args.steps,
         wall_s: started.elapsed().as_secs_f64(),
-        manifest_id: manifest.run_id().short(),
+        run_id: manifest.run_id().short(),
     };
     println!(
         "final val_bpb {:.3} after {} tokens ({} outer steps); all-reduce bytes per learner {} \

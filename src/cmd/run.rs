@@ -180,6 +180,7 @@ async fn train(args: Args) -> anyhow::Result<()> {
         duration: args.duration.map(Duration::from_secs),
         checkpoint_every: args.checkpoint_every,
         slowdown: args.slowdown,
+        clock: node::Clock::System,
         on_listening: Some(Box::new(move |peer, addrs| {
             println!("peer_id {peer}");
             for a in addrs {

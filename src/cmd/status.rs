@@ -150,8 +150,8 @@ fn human(s: &StatusFile) -> String {
         let target = t.target_step.map_or(String::new(), |n| format!("/{n}"));
         let bpb = t.val_bpb.map_or("-".into(), |v| format!("{v:.3}"));
         out += &format!(
-            "training step {}{target}, {:.0} tok/s, val_bpb {bpb}, manifest {}\n",
-            t.step, t.tokens_per_s, t.manifest_id
+            "training step {}{target}, {:.0} tok/s, val_bpb {bpb}, run {}\n",
+            t.step, t.tokens_per_s, t.run_id
         );
         out += &format!(
             "rounds   {:?} ({} merges, {} skipped, {} adopted)\n",

@@ -34,7 +34,7 @@ fn status() -> StatusFile {
             ..NetStats::default()
         },
         training: Some(TrainingStatus {
-            manifest_id: MANIFEST.into(),
+            run_id: MANIFEST.into(),
             step: 200,
             round: vec![20, 20, 19, 19],
             period_ms: 5_000,

@@ -13,7 +13,6 @@ use super::{wire, Loop, MAX_TASKS, SETTLE};
 use crate::delta::ContentHash;
 use crate::peer::{Effect, PeerEvent};
 use crate::proto::{Event, Message, Millis, Output, PeerId};
-use crate::rundir::status;
 
 impl<N: super::Network> Loop<N> {
     pub(super) async fn carry_out(&mut self, effects: Vec<Effect>) {
@@ -75,7 +74,7 @@ impl<N: super::Network> Loop<N> {
                 }
                 Output::Merged(r) => {
                     self.status.merges += 1;
-                    self.disk.record_merge(status::unix_ms(), r.clone());
+                    self.disk.record_merge(self.clock.unix_ms(), r.clone());
                     tracing::debug!(
                         fragment = r.fragment,
                         round = r.round,

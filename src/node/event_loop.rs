@@ -13,11 +13,11 @@ use super::worker::{FromWorker, ToWorker};
 use super::{Loop, Network, NodeError, NodeReport, STATUS_PERIOD};
 use crate::peer::PeerEvent;
 use crate::proto::{Event, Millis};
-use crate::rundir::{ledger, status};
+use crate::rundir::ledger;
 
 impl<N: Network> Loop<N> {
     pub(super) fn now(&self) -> Millis {
-        status::unix_ms().saturating_sub(self.epoch)
+        self.clock.unix_ms().saturating_sub(self.epoch)
     }
 
     pub(super) async fn drive(

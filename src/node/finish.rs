@@ -33,7 +33,7 @@ impl<N: Network> Loop<N> {
         } else {
             tracing::warn!(?rounds, "not caught up with the swarm in time; training starts anyway");
         }
-        let released = crate::rundir::status::unix_ms().saturating_sub(self.started_unix_ms);
+        let released = self.clock.unix_ms().saturating_sub(self.started_unix_ms);
         self.status.release_ms = Some(released);
         self.to_worker.push(ToWorker::Start);
     }

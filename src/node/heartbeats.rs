@@ -10,7 +10,7 @@ use atoll_net::{NetStats, PeerId};
 
 use crate::heartbeat::table::{SwarmTable, SwarmView};
 use crate::heartbeat::{self, Heartbeat, HeartbeatError};
-use crate::rundir::status::{unix_ms, TrainingStatus};
+use crate::rundir::status::TrainingStatus;
 
 /// How often a peer publishes its heartbeat.
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
@@ -139,7 +139,7 @@ impl Beacon {
 impl<N: super::Network> super::Loop<N> {
     /// Once per status tick: our heartbeat when due, the table's upkeep, `swarm.json`.
     pub(super) async fn beat(&mut self, stats: &NetStats) {
-        let now = unix_ms();
+        let now = self.clock.unix_ms();
         if let Some(bytes) = self.beacon.due(stats, Some(&self.status), now) {
             let ok = self.net.publish_heartbeat(bytes).await.is_ok();
             self.beacon.sent(ok, now);
@@ -158,7 +158,7 @@ impl<N: super::Network> super::Loop<N> {
         if self.allow.as_ref().is_some_and(|a| !a.contains(&author)) {
             return;
         }
-        if let Some(reason) = self.beacon.heard(author, payload, unix_ms()) {
+        if let Some(reason) = self.beacon.heard(author, payload, self.clock.unix_ms()) {
             self.net.penalize(author, reason).await;
         }
     }
@@ -169,7 +169,7 @@ pub fn own_heartbeat(stats: &NetStats, t: Option<&TrainingStatus>, clock: u64) -
     Heartbeat {
         version: env!("CARGO_PKG_VERSION").to_owned(),
         trains: t.is_some(),
-        manifest: t.map(|t| t.manifest_id.clone()),
+        manifest: t.map(|t| t.run_id.clone()),
         step: t.map_or(0, |t| t.step),
         tokens_per_s: t.map_or(0.0, |t| t.tokens_per_s as f32),
         val_bpb: t.and_then(|t| t.val_bpb).map(|v| v as f32),
@@ -215,11 +215,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut b = Beacon::new(0);
         let (me, other) = (PeerId::random(), PeerId::random());
-        let training = TrainingStatus {
-            manifest_id: "00112233445566ff".into(),
-            step: 7,
-            ..Default::default()
-        };
+        let training =
+            TrainingStatus { run_id: "00112233445566ff".into(), step: 7, ..Default::default() };
         let hb = own_heartbeat(&NetStats::default(), Some(&training), 500);
         assert_eq!(b.heard(other, &heartbeat::encode(&hb), 600), None);
         assert_eq!(b.heard(other, b"junk", 600), Some("bad_heartbeat"));

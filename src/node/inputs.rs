@@ -11,7 +11,6 @@ use super::{proto_peer, wire, Loop};
 use crate::manifest::{Manifest, RunId};
 use crate::peer::PeerEvent;
 use crate::proto::{Event, Offence, PeerId};
-use crate::rundir::status;
 
 /// Most protocol ids mapped back to libp2p peer ids (fetch sources, penalties).
 const MAX_PEER_IDS: usize = 16_384;
@@ -26,7 +25,7 @@ impl<N: super::Network> Loop<N> {
             }
             FromWorker::Step { step, tokens, loss, tokens_per_s } => {
                 if self.status.join_ms.is_none() {
-                    let ms = status::unix_ms().saturating_sub(self.started_unix_ms);
+                    let ms = self.clock.unix_ms().saturating_sub(self.started_unix_ms);
                     self.status.join_ms = Some(ms);
                     let proto = self.peer.protocol();
                     let p = proto.settings().raw().fragments;
@@ -99,7 +98,7 @@ impl<N: super::Network> Loop<N> {
             }
             NetEvent::Heartbeat { author, payload } => self.on_heartbeat(author, &payload).await,
             NetEvent::RunPeerJoined(p) => {
-                self.beacon.soon(status::unix_ms());
+                self.beacon.soon(self.clock.unix_ms());
                 self.remember_peer(proto_peer(&p), p);
                 let effects = self.peer.handle(PeerEvent::RunPeerJoined, self.now());
                 self.carry_out(effects).await;
@@ -120,7 +119,7 @@ impl<N: super::Network> Loop<N> {
     /// fetch its manifest and log what differs.
     pub(super) fn on_foreign(&mut self, peer: atoll_net::PeerId, run: [u8; 32]) {
         self.status.foreign_messages += 1;
-        self.status.last_foreign_unix_ms = Some(status::unix_ms());
+        self.status.last_foreign_unix_ms = Some(self.clock.unix_ms());
         if self.foreign.len() >= 1024 || !self.foreign.insert((peer, run)) {
             return;
         }

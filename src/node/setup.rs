@@ -10,7 +10,7 @@ use crate::proto::{PeerId, Protocol, Settings};
 use crate::train::{TrainConfig, Trainer};
 
 use super::NodeOptions;
-use crate::rundir::{anchors, status};
+use crate::rundir::anchors;
 
 /// The run's initial parameters, fragment by fragment: the model initialised from the run
 /// seed, identical on every peer. Drawn on the CPU whatever the peer trains on (a GPU
@@ -54,8 +54,9 @@ fn from_the_future(
     states: &[crate::proto::FragmentState],
     settings: &Settings,
     manifest: &crate::manifest::Manifest,
+    clock: super::Clock,
 ) -> Option<(usize, u64, u64)> {
-    let now = status::unix_ms().saturating_sub(manifest.epoch_unix_ms);
+    let now = clock.unix_ms().saturating_sub(manifest.epoch_unix_ms);
     let schedule = crate::proto::Schedule::new(settings);
     states.iter().enumerate().find_map(|(p, s)| {
         let current = schedule.current_round(p, now);
@@ -76,7 +77,7 @@ pub(super) fn open_protocol(
     let key_peer = atoll_net::PeerId::from(opts.net.keypair.public());
     let me = proto_peer(&key_peer);
     match anchors::load(&opts.run_dir, plan) {
-        Ok(Some(states)) => match from_the_future(&states, settings, &opts.manifest) {
+        Ok(Some(states)) => match from_the_future(&states, settings, &opts.manifest, opts.clock) {
             None => {
                 tracing::info!(round = states[0].round, "resuming protocol state");
                 let mut proto = Protocol::restore(me, settings.clone(), plan, states, seed)?;
@@ -146,7 +147,7 @@ pub(super) fn open(opts: &NodeOptions) -> Result<Opened, NodeError> {
     opts.manifest.check_corpus(&opts.corpus)?;
     std::fs::create_dir_all(&opts.run_dir)
         .map_err(|source| NodeError::RunDir { path: opts.run_dir.clone(), source })?;
-    let started_unix_ms = status::unix_ms();
+    let started_unix_ms = opts.clock.unix_ms();
     let (mut trainer, fresh) = open_trainer(opts)?;
     let plan = FragmentPlan::new(&tensor_specs(trainer.model()), settings.raw().fragments)?;
     let (proto, saved) = open_protocol(opts, &settings, &plan, fresh.then_some(&trainer))?;

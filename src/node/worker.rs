@@ -1,10 +1,11 @@
-//! The training thread of a node: inner steps, validation, checkpoints, and, between two
-//! steps, the protocol's snapshot requests and merged anchors. It never waits on the
-//! network: commands are drained without blocking before every step.
+//! The trainer of a node: inner steps, validation, checkpoints, and, between two steps,
+//! the protocol's snapshot requests and merged anchors. It never waits on the network:
+//! commands are drained without blocking before every step.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
+use super::clock::Clock;
 use super::slowdown::Slowdown;
 
 use tokio::sync::mpsc;
@@ -86,9 +87,15 @@ pub struct WorkerSetup {
     pub slowdown: Slowdown,
 }
 
-/// Runs the training thread until [`ToWorker::Finish`] or the command channel closes.
-pub fn run(mut s: WorkerSetup, mut cmds: mpsc::Receiver<ToWorker>, out: mpsc::Sender<FromWorker>) {
-    super::priority::lower_this_thread();
+/// Runs the trainer until [`ToWorker::Finish`] or the command channel closes. Between two
+/// steps it only drains commands; once trained (or while held) it waits for them. A real
+/// peer runs this on a thread of its own, a test on a paused runtime as one of its tasks
+/// ([`Running::start`]), so that the runtime's clock sees each step's pace (`super::clock`).
+pub async fn run(
+    mut s: WorkerSetup,
+    mut cmds: mpsc::Receiver<ToWorker>,
+    out: mpsc::Sender<FromWorker>,
+) {
     let mut w = Worker {
         since: vec![(0, 0); s.plan.len()],
         window: SinceValidation::new(),
@@ -97,26 +104,24 @@ pub fn run(mut s: WorkerSetup, mut cmds: mpsc::Receiver<ToWorker>, out: mpsc::Se
     };
     let mut trained = s.target_step.is_some_and(|t| s.trainer.state().step >= t);
     if trained {
-        let _ = out.blocking_send(FromWorker::Trained { step: s.trainer.state().step });
+        let _ = out.send(FromWorker::Trained { step: s.trainer.state().step }).await;
     }
     let mut held = s.hold;
     loop {
-        // Between two steps: everything the node asked for, without waiting (once the
-        // target is reached, or before the start, there is nothing else to do: it waits).
         let cmd = if trained || held {
-            cmds.blocking_recv()
+            cmds.recv().await
         } else {
             match cmds.try_recv() {
                 Ok(cmd) => Some(cmd),
                 Err(mpsc::error::TryRecvError::Empty) => {
-                    if let Err(e) = w.step(&mut s, &out) {
-                        let _ = out.blocking_send(FromWorker::Failed(e));
+                    if let Err(e) = w.step(&mut s, &out).await {
+                        let _ = out.send(FromWorker::Failed(e)).await;
                         return;
                     }
                     let step = s.trainer.state().step;
                     if s.target_step.is_some_and(|t| step >= t) {
                         trained = true;
-                        let _ = out.blocking_send(FromWorker::Trained { step });
+                        let _ = out.send(FromWorker::Trained { step }).await;
                     }
                     continue;
                 }
@@ -124,20 +129,59 @@ pub fn run(mut s: WorkerSetup, mut cmds: mpsc::Receiver<ToWorker>, out: mpsc::Se
             }
         };
         match cmd {
-            None | Some(ToWorker::Finish) => return finish(&mut s, &out),
+            None | Some(ToWorker::Finish) => return finish(&mut s, &out).await,
             Some(ToWorker::Start) => held = false,
             Some(ToWorker::StopTraining) => {
                 if !trained {
                     trained = true;
                     save(&s);
-                    let _ = out.blocking_send(FromWorker::Trained { step: s.trainer.state().step });
+                    let _ = out.send(FromWorker::Trained { step: s.trainer.state().step }).await;
                 }
             }
             Some(cmd) => {
-                if let Err(e) = w.command(&mut s, cmd, &out) {
-                    let _ = out.blocking_send(FromWorker::Failed(e));
+                if let Err(e) = w.command(&mut s, cmd, &out).await {
+                    let _ = out.send(FromWorker::Failed(e)).await;
                     return;
                 }
+            }
+        }
+    }
+}
+
+/// A running trainer, to wait for at the end.
+pub enum Running {
+    Thread(std::thread::JoinHandle<()>),
+    Task(tokio::task::JoinHandle<()>),
+}
+
+impl Running {
+    /// Starts [`run`] where `clock` says: a task of the current runtime, or a thread of its
+    /// own at a lowered CPU priority with a runtime of its own (timers only).
+    pub fn start(
+        clock: &Clock,
+        s: WorkerSetup,
+        cmds: mpsc::Receiver<ToWorker>,
+        out: mpsc::Sender<FromWorker>,
+    ) -> std::io::Result<Running> {
+        if clock.trains_on_runtime() {
+            return Ok(Running::Task(tokio::spawn(run(s, cmds, out))));
+        }
+        let rt = tokio::runtime::Builder::new_current_thread().enable_time().build()?;
+        let thread = std::thread::Builder::new().name("atoll-trainer".into()).spawn(move || {
+            super::priority::lower_this_thread();
+            rt.block_on(run(s, cmds, out));
+        })?;
+        Ok(Running::Thread(thread))
+    }
+
+    /// Waits for the trainer to end (it ends once its command channel is closed).
+    pub async fn join(self) {
+        match self {
+            Running::Thread(t) => {
+                let _ = t.join();
+            }
+            Running::Task(t) => {
+                let _ = t.await;
             }
         }
     }
@@ -175,7 +219,7 @@ impl SinceValidation {
 }
 
 impl Worker {
-    fn command(
+    async fn command(
         &mut self,
         s: &mut WorkerSetup,
         cmd: ToWorker,
@@ -187,19 +231,28 @@ impl Worker {
                 let params = read_fragment(s.trainer.model(), spec).map_err(|e| e.to_string())?;
                 let (tokens, steps) = std::mem::take(&mut self.since[fragment]);
                 let msg = FromWorker::Snapshot { fragment, round, params, tokens, steps };
-                out.blocking_send(msg).map_err(|_| "node stopped".to_string())
+                out.send(msg).await.map_err(|_| "node stopped".to_string())
             }
             ToWorker::Apply(a) => apply(s, &a),
             ToWorker::Finish | ToWorker::StopTraining | ToWorker::Start => Ok(()), // the loop's
         }
     }
 
-    fn step(&mut self, s: &mut WorkerSetup, out: &mpsc::Sender<FromWorker>) -> Result<(), String> {
-        let computing = Instant::now();
+    async fn step(
+        &mut self,
+        s: &mut WorkerSetup,
+        out: &mpsc::Sender<FromWorker>,
+    ) -> Result<(), String> {
+        // The runtime's clock: on a paused one, a step computes in no time and lasts its
+        // floor.
+        let computing = tokio::time::Instant::now();
         let stats = s.trainer.step().map_err(|e| format!("cannot read training data: {e}"))?;
         // Before the commands are looked at again: a slow machine answers at its own step
         // boundaries (see `slowdown`).
-        s.slowdown.idle_after(computing);
+        let pause = s.slowdown.pause(computing.elapsed());
+        if !pause.is_zero() {
+            tokio::time::sleep(pause).await;
+        }
         let step = s.trainer.state().step;
         tracing::trace!(step, ms = computing.elapsed().as_millis(), "inner step");
         for c in &mut self.since {
@@ -270,14 +323,11 @@ fn save(s: &WorkerSetup) {
     }
 }
 
-fn finish(s: &mut WorkerSetup, out: &mpsc::Sender<FromWorker>) {
+async fn finish(s: &mut WorkerSetup, out: &mpsc::Sender<FromWorker>) {
     save(s);
     let val_loss = s.trainer.evaluate();
     let state = s.trainer.state();
-    let _ = out.blocking_send(FromWorker::Finished {
-        step: state.step,
-        tokens: state.tokens,
-        val_loss,
-        val_bpb: bits_per_byte(val_loss),
-    });
+    let (step, tokens) = (state.step, state.tokens);
+    let val_bpb = bits_per_byte(val_loss);
+    let _ = out.send(FromWorker::Finished { step, tokens, val_loss, val_bpb }).await;
 }

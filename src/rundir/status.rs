@@ -12,8 +12,10 @@ pub const FILE_NAME: &str = "status.json";
 /// Training and protocol progress of a training peer.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TrainingStatus {
-    /// blake3 of the run manifest (short hex): peers with another one are refused.
-    pub manifest_id: String,
+    /// The run id (blake3 of the run manifest, short hex): peers of another run are refused.
+    /// Earlier versions wrote it as `manifest_id`; their files still read.
+    #[serde(alias = "manifest_id")]
+    pub run_id: String,
     /// Inner steps taken.
     pub step: u64,
     /// Step target (`None` when the peer trains until stopped).
@@ -191,4 +193,21 @@ pub fn write_with(
 pub fn read(path: &Path) -> std::io::Result<StatusFile> {
     let bytes = std::fs::read(path)?;
     serde_json::from_slice(&bytes).map_err(std::io::Error::other)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_that_names_the_run_id_manifest_id_still_reads() {
+        let t = TrainingStatus { run_id: "0011223344556677".into(), step: 9, ..Default::default() };
+        let mut json = serde_json::to_value(&t).unwrap();
+        assert!(json.get("run_id").is_some() && json.get("manifest_id").is_none(), "{json}");
+        let fields = json.as_object_mut().unwrap();
+        let id = fields.remove("run_id").unwrap();
+        fields.insert("manifest_id".into(), id);
+        let old: TrainingStatus = serde_json::from_value(json).unwrap();
+        assert_eq!(old, t);
+    }
 }

@@ -48,7 +48,7 @@ pub struct Summary {
     /// (2 × parameters × 4 bytes per step), and the ratio to what a peer sent.
     pub data_parallel_bytes_per_peer: u64,
     pub bytes_ratio_vs_data_parallel: f64,
-    pub manifest_id: String,
+    pub run_id: String,
 }
 
 /// Reads every peer's `status.json` (in `dirs`, by peer index) into the summary.
@@ -96,7 +96,7 @@ pub(super) fn summarise(
         steps,
         data_parallel_bytes_per_peer: dp,
         bytes_ratio_vs_data_parallel: dp as f64 / max_sent as f64,
-        manifest_id: manifest.run_id().short(),
+        run_id: manifest.run_id().short(),
         peers: out,
     })
 }
