@@ -22,8 +22,9 @@ pub enum Clock {
 }
 
 impl Clock {
-    /// The clock of the runtime this is called on, starting at the system's time now.
-    /// Panics outside a tokio runtime (a test's mistake, nothing from outside).
+    /// The clock of the runtime this is called on (the one its nodes will run on),
+    /// starting at the system's time now. Every node of one test must share one such
+    /// clock: two made at different moments of a paused runtime disagree.
     pub fn runtime() -> Clock {
         Clock::Runtime { origin: tokio::time::Instant::now(), origin_unix_ms: status::unix_ms() }
     }
