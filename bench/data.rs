@@ -8,7 +8,7 @@
 use std::time::Instant;
 
 use atoll::data::{Corpus, Dataset, Shard};
-use atoll::model::preset::Preset;
+use atoll::train::preset::Preset;
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();

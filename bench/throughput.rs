@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use atoll::backend::Backend;
 use atoll::data::{Corpus, Shard};
-use atoll::model::preset::Preset;
+use atoll::train::preset::Preset;
 use atoll::train::{to_tensors, TrainConfig, Trainer};
 use burn::grad_clipping::GradientClippingConfig;
 use burn::optim::{AdamWConfig, GradientsParams};

@@ -3,8 +3,7 @@
 //! Modules and their jobs:
 //! - [`backend`]: which burn CPU backend runs the model (burn-flex by default, burn-ndarray).
 //! - [`model`]: the byte-level decoder-only transformer; [`model::params`] reads and writes
-//!   its tensors as flat `f32` buffers, fragment by fragment; [`model::preset`] names its
-//!   sizes (`--model`) and what each needs in memory.
+//!   its tensors as flat `f32` buffers, fragment by fragment.
 //! - [`fragment`]: the deterministic split of the parameters into `P` fragments.
 //! - [`delta`]: the outer-delta codec (4/8-bit blockwise + error feedback, zstd, blake3).
 //! - [`proto`]: the I/O-free leaderless protocol core (rounds, grace, merge, reconciliation).
@@ -13,7 +12,9 @@
 //!   simulator both run it.
 //! - [`sim`]: the deterministic discrete-event simulator that drives [`peer`]s.
 //! - [`data`]: the embedded corpus or a text path, validation split, per-peer shards, batches.
-//! - [`train`]: the inner loop (AdamW, warm-up + cosine, clipping) and its counters.
+//! - [`train`]: the inner loop (AdamW, warm-up + cosine, clipping) and its counters;
+//!   [`train::preset`] names the training configurations (`--model`) and what each needs
+//!   in memory.
 //! - [`checkpoint`]: atomic, checksummed checkpoints of model + optimizer + counters.
 //! - [`metrics`]: the `metrics.jsonl` record of validation passes.
 //! - [`manifest`]: the run manifest (everything peers must share) and the run id.

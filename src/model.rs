@@ -7,7 +7,6 @@
 //! (`val_bpb = loss / ln 2`), the number the metrics report.
 
 pub mod params;
-pub mod preset;
 
 use burn::config::Config;
 use burn::module::Module;

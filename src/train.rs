@@ -6,6 +6,7 @@
 
 mod config;
 mod grad_io;
+pub mod preset;
 pub mod schedule;
 
 use burn::grad_clipping::GradientClippingConfig;

@@ -137,7 +137,7 @@ pub fn main(args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
     swarm::prepare_dir(&args.run_dir, &[SUMMARY_FILE])?;
     let (_, manifest) = args.run.open(Some(args.steps))?;
-    atoll::model::preset::check_machine(&manifest.train, u64::from(args.peers))?;
+    atoll::train::preset::check_machine(&manifest.train, u64::from(args.peers))?;
     let manifest_path = swarm::save_manifest(&args.run_dir, &manifest)?;
     let length = match args.duration {
         Some(d) => format!("{d} s"),

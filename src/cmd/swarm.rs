@@ -11,9 +11,9 @@ use atoll::data::Corpus;
 use atoll::fleet::{self, Process, Spec, Until};
 use atoll::fragment::FragmentPlan;
 use atoll::manifest::{self, Manifest};
-use atoll::model::preset::Preset;
 use atoll::rundir::anchors;
 use atoll::rundir::status;
+use atoll::train::preset::Preset;
 
 mod console;
 pub use console::Console;

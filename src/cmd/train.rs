@@ -8,7 +8,7 @@ use atoll::backend::Backend;
 use atoll::checkpoint;
 use atoll::data::{Corpus, Shard};
 use atoll::metrics::{bits_per_byte, MetricsLog, MetricsRecord};
-use atoll::model::preset::{self, Preset};
+use atoll::train::preset::{self, Preset};
 use atoll::train::{LossMean, TrainConfig, Trainer};
 use indicatif::{ProgressBar, ProgressStyle};
 

@@ -39,7 +39,7 @@ pub struct Args {
     /// Model size of a new default run (a manifest from --config, --join or the run dir
     /// names its own model).
     #[arg(long, value_enum, conflicts_with_all = ["config", "join"])]
-    pub model: Option<atoll::model::preset::Preset>,
+    pub model: Option<atoll::train::preset::Preset>,
     /// Train until this many inner steps in total, then merge until the swarm is quiet.
     #[arg(long, conflicts_with = "duration")]
     pub steps: Option<u64>,

@@ -4,8 +4,8 @@
 //! new run is one word; the manifest records the expanded numbers, never the name, so a
 //! preset retuned later cannot change a running swarm's model.
 
-use super::{ModelConfig, VOCAB_SIZE};
-use crate::train::TrainConfig;
+use super::TrainConfig;
+use crate::model::{ModelConfig, VOCAB_SIZE};
 
 /// A named model size. The parameter counts are checked against the built model by the
 /// tests below.
@@ -48,7 +48,7 @@ impl Preset {
 }
 
 impl ModelConfig {
-    /// Number of trainable parameters (what burn's `num_params` counts for [`super::Lm`]).
+    /// Number of trainable parameters (what burn's `num_params` counts for [`crate::model::Lm`]).
     /// Saturating, like [`memory_estimate`]: shapes may not be validated yet.
     pub fn num_params(&self) -> u64 {
         let (d, ff) = (self.d_model as u64, self.d_ff as u64);
