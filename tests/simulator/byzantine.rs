@@ -273,14 +273,18 @@ fn colluding(
 
 /// The honest loss under `attack` by `hostile` of `peers`, over the unattacked loss (the
 /// larger of: the attackers' seats empty, and everyone honest), averaged over [`SEEDS`]
-/// seeds from `seed`.
+/// seeds from `seed`. Each seed's ratio is printed too: a mean inside its bound can hide
+/// one seed that blew up, and `SEED=n` replays it.
 fn damage(peers: usize, hostile: usize, attack: Attack, seed: u64, lag: u64, setup: Setup) -> f64 {
     let ratio = |s: u64| {
         let empty = colluding(peers, hostile, None, s, lag, setup);
         let honest = colluding(peers, 0, None, s, lag, setup);
         colluding(peers, hostile, Some(attack), s, lag, setup) / empty.max(honest)
     };
-    (seed..seed + SEEDS).map(ratio).sum::<f64>() / SEEDS as f64
+    let ratios: Vec<f64> = (seed..seed + SEEDS).map(ratio).collect();
+    let each: Vec<String> = ratios.iter().zip(seed..).map(|(r, s)| format!("{s}:{r:.2}")).collect();
+    eprintln!("{hostile}/{peers} {attack:?} lag {lag} {setup:?}, by seed: {}", each.join(" "));
+    ratios.iter().sum::<f64>() / SEEDS as f64
 }
 
 /// The attacks that need no provable offence: an author-bound delta within the manifest's
