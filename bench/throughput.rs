@@ -6,7 +6,9 @@
 //! shared VM's rate drifts by a third between seconds).
 //!
 //! `cargo bench --bench throughput -- [--steps N] [--backend NAME|all] [--model PRESET]
-//!  [--matmul N]` (the GPU backend: add `--features wgpu`).
+//!  [--matmul N] [--micro-batch ROWS]` (the GPU backend: add `--features wgpu`; with
+//! `--micro-batch` atoll's trainer runs each batch in passes of ROWS rows, the plain loop
+//! stays whole).
 //! Thread count follows rayon (`RAYON_NUM_THREADS=1` for one core).
 
 use std::time::Instant;
@@ -34,17 +36,19 @@ fn main() -> anyhow::Result<()> {
         None => Preset::Default,
     };
     let matmul_n: usize = value("--matmul").map(|s| s.parse()).transpose()?.unwrap_or(4096);
+    let micro: usize = value("--micro-batch").map(|s| s.parse()).transpose()?.unwrap_or(0);
     let corpus = Corpus::embedded()?;
     let config = preset.train_config(0);
     let tokens = config.tokens_per_step();
     let flops_per_token = 6.0 * config.model.num_params() as f64;
     println!(
-        "model: d_model {} layers {} heads {} context {}; batch {} ({tokens} tokens/step); {steps} steps; rayon threads {}",
+        "model: d_model {} layers {} heads {} context {}; batch {} ({tokens} tokens/step), atoll in passes of {} rows; {steps} steps; rayon threads {}",
         config.model.d_model,
         config.model.n_layers,
         config.model.n_heads,
         config.model.context,
         config.batch,
+        if micro == 0 { config.batch } else { micro.min(config.batch) },
         std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "default".into())
     );
     println!(
@@ -58,7 +62,7 @@ fn main() -> anyhow::Result<()> {
         let (mut atoll_best, mut plain_best) = (0.0f64, 0.0f64);
         let before = matmul_gflops(backend, matmul_n)?;
         for _ in 0..2 {
-            atoll_best = atoll_best.max(atoll_loop(&config, backend, &corpus, steps)?);
+            atoll_best = atoll_best.max(atoll_loop(&config, backend, &corpus, steps, micro)?);
             plain_best = plain_best.max(plain_loop(&config, backend, &corpus, steps)?);
         }
         let peak = before.max(matmul_gflops(backend, matmul_n)?);
@@ -99,8 +103,10 @@ fn atoll_loop(
     backend: Backend,
     corpus: &Corpus,
     steps: usize,
+    micro: usize,
 ) -> anyhow::Result<f64> {
     let mut trainer = Trainer::new(config.clone(), backend, corpus, Shard::WHOLE)?;
+    trainer.set_micro_batch(micro);
     for _ in 0..3 {
         trainer.step()?;
     }

@@ -74,6 +74,19 @@ impl Batch {
     pub fn tokens(&self) -> usize {
         self.rows * self.context
     }
+
+    /// The batch of rows `rows` of this one (clamped to its rows).
+    pub fn rows_slice(&self, rows: std::ops::Range<usize>) -> Batch {
+        let end = rows.end.min(self.rows);
+        let start = rows.start.min(end);
+        let span = start * self.context..end * self.context;
+        Batch {
+            rows: end - start,
+            context: self.context,
+            inputs: self.inputs[span.clone()].to_vec(),
+            targets: self.targets[span].to_vec(),
+        }
+    }
 }
 
 /// A run of bytes in one part of the corpus.

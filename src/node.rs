@@ -84,6 +84,9 @@ pub struct NodeOptions {
     pub run_dir: PathBuf,
     pub shard: Shard,
     pub backend: Backend,
+    /// Rows per forward and backward pass (0: each step's whole batch at once); see
+    /// [`crate::train::Trainer::set_micro_batch`]. A local choice, not the run's.
+    pub micro_batch: usize,
     /// Network settings; `run_name` is replaced by the manifest's name.
     pub net: NetConfig,
     /// Inner steps to train (in total, counting a resumed run's earlier steps).
@@ -161,7 +164,7 @@ async fn serve<N: Network>(
     tracing::info!(
         run = %opts.manifest.name, manifest = %opts.manifest.run_id(), params = plan.numel(),
         step = trainer.state().step, shard = ?opts.shard, slowdown = %opts.slowdown,
-        "training peer started"
+        micro_batch = opts.micro_batch, "training peer started"
     );
 
     // A resumed peer reports its checkpoint's progress from its first status file on.

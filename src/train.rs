@@ -6,8 +6,11 @@
 
 mod config;
 mod grad_io;
+mod passes;
 pub mod preset;
 pub mod schedule;
+#[cfg(test)]
+mod tests;
 
 use burn::grad_clipping::GradientClippingConfig;
 use burn::module::Module;
@@ -103,6 +106,9 @@ pub struct Trainer {
     /// Training losses not yet read back from the device: their sum there, and how many.
     pending_loss: Option<(Tensor<1>, u32)>,
     state: TrainState,
+    /// Rows per forward and backward pass (0: the whole batch at once); see
+    /// [`Trainer::set_micro_batch`].
+    micro_batch: usize,
 }
 
 impl std::fmt::Debug for Trainer {
@@ -131,21 +137,30 @@ impl Trainer {
         let optim = optimizer(&config);
         let state = TrainState::default();
         let pending_loss = None;
-        Ok(Self { config, backend, device, model, optim, data, val, pending_loss, state })
+        let micro_batch = 0;
+        Ok(Self {
+            config,
+            backend,
+            device,
+            model,
+            optim,
+            data,
+            val,
+            pending_loss,
+            state,
+            micro_batch,
+        })
     }
 
     /// One AdamW step on the next batch of this peer's shard. Fails, taking no step, only
     /// if the batch cannot be read (a corpus file changed or vanished).
     pub fn step(&mut self) -> Result<StepStats, DataError> {
         let batch = self.data.train_batch(self.state.step, self.config.batch)?;
-        let (inputs, targets) = to_tensors(&batch, &self.device);
-        let loss = self.model.loss(inputs, targets);
-        let detached = loss.clone().detach();
+        let (loss, grads) = self.gradients(&batch);
         self.pending_loss = Some(match self.pending_loss.take() {
-            Some((sum, n)) => (sum + detached, n + 1),
-            None => (detached, 1),
+            Some((sum, n)) => (sum + loss, n + 1),
+            None => (loss, 1),
         });
-        let grads = GradientsParams::from_grads(loss.backward(), &self.model);
         let lr = self.config.schedule.at(self.state.step);
         self.model = self.optim.step(lr, self.model.clone(), grads);
         self.state.step += 1;

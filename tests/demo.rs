@@ -20,7 +20,9 @@ fn three_peers_train_merge_and_end_with_identical_anchors() {
     let tmp = tempfile::tempdir().unwrap();
     let config = tiny_manifest(tmp.path());
     let run_dir = tmp.path().join("demo");
-    let args = ["demo", "--peers", "3", "--steps", "200", "--timeout", "240"];
+    // Each step in passes of one row (the tiny model's batch has four): a peer's own
+    // choice, which leaves the merges, and so the anchors, as they would be.
+    let args = ["demo", "--peers", "3", "--steps", "200", "--timeout", "240", "--micro-batch", "1"];
     let pace = common::pace_flags();
     let args: Vec<&str> = args.into_iter().chain(pace.iter().map(String::as_str)).collect();
     common::run_swarm_command(&args, &run_dir, &config);
@@ -49,6 +51,7 @@ fn three_peers_train_merge_and_end_with_identical_anchors() {
         let log = std::fs::read_to_string(run_dir.join(format!("peer-{i}/peer.log"))).unwrap();
         let floor = format!("steps of at least {} ms", common::STEP_MS);
         assert!(log.contains(&floor), "peer {i} does not report its step floor");
+        assert!(log.contains("micro_batch=1"), "peer {i} does not report its passes");
         assert_eq!(status["running"], false);
     }
     assert!(summary["consensus_distance"].as_f64().unwrap() < 1e-6, "{summary:#}");

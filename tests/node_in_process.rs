@@ -98,6 +98,7 @@ impl Peer {
             run_dir: dir.clone(),
             shard: Shard { index, count },
             backend: Backend::default(),
+            micro_batch: 0,
             net: NetConfig::new(key, m.name.clone()),
             target_step: Some(steps),
             duration: None,

@@ -106,6 +106,8 @@ fn nonsense_slowdowns_and_flag_combinations_are_refused_with_the_reason() {
             "must be less than --duration",
         ),
         (&["demo", "--run-dir", dir, "--method", "dp", "--slowdown", "2"], "not --method dp"),
+        (&["run", "--run-dir", dir, "--micro-batch", "0"], "not in 1..=4096"),
+        (&["train", "--run-dir", dir, "--micro-batch", "5000"], "not in 1..=4096"),
     ];
     for (args, why) in cases {
         let (ok, err) = atoll(args);

@@ -167,11 +167,11 @@ struct Outcome {
     tokens_computed: u64,
 }
 
-pub fn main(args: Args) -> anyhow::Result<()> {
+pub fn main(mut args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
     prepare(&args.run_dir)?;
     let (_, manifest) = args.run.open(None)?;
-    atoll::train::preset::check_machine(&manifest.train, u64::from(args.peers))?;
+    args.run.fit(&manifest, args.peers)?;
     let period_ms = manifest.validate()?.period_ms();
     let duration_ms = args.duration * 1000;
     let faults = chaos::schedule(&ScheduleConfig {

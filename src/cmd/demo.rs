@@ -132,12 +132,12 @@ struct Peer {
     process: Process,
 }
 
-pub fn main(args: Args) -> anyhow::Result<()> {
+pub fn main(mut args: Args) -> anyhow::Result<()> {
     args.check()?;
     let started = Instant::now();
     swarm::prepare_dir(&args.run_dir, &[SUMMARY_FILE])?;
     let (_, manifest) = args.run.open(Some(args.steps))?;
-    atoll::train::preset::check_machine(&manifest.train, u64::from(args.peers))?;
+    args.run.fit(&manifest, args.peers + args.late_peers)?;
     let manifest_path = swarm::save_manifest(&args.run_dir, &manifest)?;
     let length = match args.duration {
         Some(d) => format!("{d} s"),

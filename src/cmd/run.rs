@@ -147,7 +147,10 @@ async fn train(args: Args) -> anyhow::Result<()> {
     let mut net = net_config(&args)?;
     let corpus = super::train::load_corpus(args.data.as_deref())?;
     let manifest = resolve_manifest(&args, &corpus)?;
-    atoll::train::preset::check_machine(&manifest.train, 1)?;
+    let micro_batch = match args.micro_batch {
+        Some(rows) => rows as usize,
+        None => atoll::train::preset::check_machine(&manifest.train, 1)?,
+    };
     net.allow = manifest.allowed()?;
     if let Some(allow) = &net.allow {
         let me = atoll_net::PeerId::from(net.keypair.public());
@@ -172,6 +175,7 @@ async fn train(args: Args) -> anyhow::Result<()> {
     let opts = NodeOptions {
         manifest,
         corpus,
+        micro_batch,
         run_dir: args.run_dir.clone(),
         shard,
         backend: args.backend,

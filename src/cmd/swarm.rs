@@ -41,6 +41,11 @@ pub struct RunArgs {
     /// `--features wgpu`).
     #[arg(long, default_value = "flex")]
     pub backend: Backend,
+    /// Every peer runs each step's batch in passes of at most ROWS rows (`atoll run
+    /// --micro-batch`). Default: the whole batch, or the most rows that fit this machine's
+    /// available memory with all the peers running.
+    #[arg(long, value_name = "ROWS", value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub micro_batch: Option<u64>,
 }
 
 /// The step floor of every peer of a local swarm (demo, chaos).
@@ -71,6 +76,16 @@ impl RunArgs {
         let preset = self.model.unwrap_or_default();
         let manifest = manifest(self.config.as_deref(), preset, self.seed, decay_steps, &corpus)?;
         Ok((corpus, manifest))
+    }
+
+    /// Checks that `peers` peers of `manifest` fit this machine, and sets the rows per
+    /// pass they run in when only micro-batches fit (unless `--micro-batch` chose).
+    pub fn fit(&mut self, manifest: &Manifest, peers: u32) -> anyhow::Result<()> {
+        let rows = atoll::train::preset::check_machine(&manifest.train, u64::from(peers))?;
+        if self.micro_batch.is_none() && rows > 0 {
+            self.micro_batch = Some(rows as u64);
+        }
+        Ok(())
     }
 }
 
@@ -159,6 +174,10 @@ impl Launcher<'_> {
             .bootstrap(bootstrap.iter().cloned())
             .backend(backend)
             .data(self.run.data.as_deref());
+        let spec = match self.run.micro_batch {
+            Some(rows) => spec.arg("--micro-batch").arg(&rows.to_string()),
+            None => spec,
+        };
         self.pace.apply(spec)
     }
 

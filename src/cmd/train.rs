@@ -41,6 +41,12 @@ pub struct Args {
     /// Write a checkpoint every this many steps (and at the end).
     #[arg(long, default_value_t = 100)]
     pub checkpoint_every: u64,
+    /// Run each step's batch in passes of at most ROWS rows, their gradients summed
+    /// before the one optimizer step: the same step, with the activations of one pass in
+    /// memory instead of the whole batch's. Default: the whole batch, or the most rows
+    /// that fit this machine's available memory.
+    #[arg(long, value_name = "ROWS", value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub micro_batch: Option<u64>,
     #[command(flatten)]
     pub hyper: Hyper,
 }
@@ -111,10 +117,13 @@ pub fn main(args: Args) -> anyhow::Result<()> {
         tracing::info!(step = ckpt.meta.state.step, path = %ckpt_path.display(), "resuming from checkpoint");
         ckpt.on(args.backend).into_trainer(&corpus)?
     } else {
-        let config = args.hyper.config(args.seed, args.steps);
-        preset::check_machine(&config, 1)?;
-        Trainer::new(config, args.backend, &corpus, args.shard)?
+        Trainer::new(args.hyper.config(args.seed, args.steps), args.backend, &corpus, args.shard)?
     };
+    let rows = match args.micro_batch {
+        Some(rows) => rows as usize,
+        None => preset::check_machine(trainer.config(), 1)?,
+    };
+    trainer.set_micro_batch(rows);
     let params = burn::module::Module::num_params(trainer.model());
     tracing::info!(
         corpus = corpus.name(),
@@ -122,6 +131,7 @@ pub fn main(args: Args) -> anyhow::Result<()> {
         val_bytes = trainer.dataset().val_bytes(),
         params,
         backend = %trainer.backend(),
+        micro_batch = trainer.micro_batch(),
         "training"
     );
     run_loop(&mut trainer, &args, &corpus)

@@ -40,10 +40,13 @@ pub(super) fn open_trainer(opts: &NodeOptions) -> Result<(Trainer, bool), NodeEr
             return Err(NodeError::OtherRun(opts.run_dir.clone()));
         }
         tracing::info!(step = ckpt.meta.state.step, "resuming from checkpoint");
-        return Ok((ckpt.on(opts.backend).into_trainer(&opts.corpus)?, false));
+        let mut trainer = ckpt.on(opts.backend).into_trainer(&opts.corpus)?;
+        trainer.set_micro_batch(opts.micro_batch);
+        return Ok((trainer, false));
     }
-    let trainer =
+    let mut trainer =
         Trainer::new(opts.manifest.train.clone(), opts.backend, &opts.corpus, opts.shard)?;
+    trainer.set_micro_batch(opts.micro_batch);
     Ok((trainer, true))
 }
 

@@ -76,9 +76,16 @@ impl ModelConfig {
 ///
 /// Saturating: it runs on shapes from the command line before they are validated.
 pub fn memory_estimate(c: &TrainConfig) -> u64 {
+    memory_estimate_in_passes(c, c.batch)
+}
+
+/// [`memory_estimate`] with each step's batch run in passes of at most `rows` rows
+/// ([`crate::train::Trainer::set_micro_batch`]): autodiff keeps one pass's activations.
+pub fn memory_estimate_in_passes(c: &TrainConfig, rows: usize) -> u64 {
     let m = &c.model;
     let n = |x: usize| x as u64;
-    let token_blocks = n(c.batch).saturating_mul(n(m.context)).saturating_mul(n(m.n_layers));
+    let rows = rows.clamp(1, c.batch.max(1));
+    let token_blocks = n(rows).saturating_mul(n(m.context)).saturating_mul(n(m.n_layers));
     let floats = n(m.d_model)
         .saturating_mul(12)
         .saturating_add(n(m.n_heads).saturating_mul(3).saturating_mul(n(m.context)));
@@ -86,12 +93,12 @@ pub fn memory_estimate(c: &TrainConfig) -> u64 {
     m.num_params().saturating_mul(48).saturating_add(activations).saturating_add(48 << 20)
 }
 
-/// The model needs more memory than the machine has.
+/// The model needs more memory than the machine has, even one row at a time.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error(
-    "this model ({params} parameters) needs about {need_mib} MiB per peer, {total_mib} MiB \
-     for {peers} peer(s), and this machine has {available_mib} MiB available: pick a \
-     smaller --model, or fewer peers"
+    "this model ({params} parameters) needs about {need_mib} MiB per peer even one batch row \
+     at a time, {total_mib} MiB for {peers} peer(s), and this machine has {available_mib} MiB \
+     available: pick a smaller --model, or fewer peers"
 )]
 pub struct TooLarge {
     pub params: u64,
@@ -101,17 +108,33 @@ pub struct TooLarge {
     pub available_mib: u64,
 }
 
-/// Refuses to start `peers` peers of `c` on a machine with `available` bytes free.
-pub fn check_fits(c: &TrainConfig, peers: u64, available: u64) -> Result<(), TooLarge> {
-    let need = memory_estimate(c);
-    let total = need.saturating_mul(peers);
-    if total <= available {
-        return Ok(());
+/// How `peers` peers of `c` fit a machine with `available` bytes free: 0 when each can run
+/// its whole batch at once, else the most rows per pass that fit (a micro-batch; the same
+/// steps, slower); an error when not even one row at a time fits.
+pub fn check_fits(c: &TrainConfig, peers: u64, available: u64) -> Result<usize, TooLarge> {
+    let fits = |rows: usize| memory_estimate_in_passes(c, rows).saturating_mul(peers) <= available;
+    if fits(c.batch) {
+        return Ok(0);
     }
+    // The estimate grows with the rows: the most that fit, by bisection (the batch comes
+    // from the command line before it is validated).
+    let (mut lo, mut hi) = (0usize, c.batch);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if fits(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    if lo > 0 {
+        return Ok(lo);
+    }
+    let need = memory_estimate_in_passes(c, 1);
     Err(TooLarge {
         params: c.model.num_params(),
         need_mib: need >> 20,
-        total_mib: total >> 20,
+        total_mib: need.saturating_mul(peers) >> 20,
         peers,
         available_mib: available >> 20,
     })
@@ -132,12 +155,22 @@ fn parse_mem_available(meminfo: &str) -> Option<u64> {
     (words.next() == Some("kB")).then_some(kib.saturating_mul(1024))
 }
 
-/// [`check_fits`] against this machine's available memory, if known.
-pub fn check_machine(c: &TrainConfig, peers: u64) -> Result<(), TooLarge> {
-    match available_memory() {
-        Some(available) => check_fits(c, peers, available),
-        None => Ok(()),
+/// [`check_fits`] against this machine's available memory, if known (0, the whole batch
+/// at once, if not). A micro-batch is logged: the peer trains, slower than it could.
+pub fn check_machine(c: &TrainConfig, peers: u64) -> Result<usize, TooLarge> {
+    let rows = match available_memory() {
+        Some(available) => check_fits(c, peers, available)?,
+        None => 0,
+    };
+    if rows > 0 {
+        tracing::warn!(
+            rows,
+            batch = c.batch,
+            "the whole batch does not fit this machine's available memory: each step runs in \
+             passes of {rows} rows (the same steps, slower)"
+        );
     }
+    Ok(rows)
 }
 
 #[cfg(test)]
@@ -190,9 +223,11 @@ mod tests {
     fn a_machine_too_small_is_refused_with_the_numbers() {
         let base = Preset::Base.train_config(0);
         let need = memory_estimate(&base);
-        assert_eq!(check_fits(&base, 1, need), Ok(()));
-        let err = check_fits(&base, 4, 3 * need).unwrap_err();
-        assert_eq!((err.peers, err.total_mib), (4, (4 * need) >> 20));
+        assert_eq!(check_fits(&base, 1, need), Ok(0));
+        let one_row = memory_estimate_in_passes(&base, 1);
+        assert!(one_row < need);
+        let err = check_fits(&base, 4, 4 * one_row - 1).unwrap_err();
+        assert_eq!((err.peers, err.total_mib), (4, (4 * one_row) >> 20));
         let msg = err.to_string();
         assert!(msg.contains("25613568 parameters") && msg.contains("--model"), "{msg}");
         // The estimate stays within 1.1–1.5× of the measured peaks it documents.
@@ -200,6 +235,22 @@ mod tests {
         assert!((64..=96).contains(&mib(Preset::Default)), "{}", mib(Preset::Default));
         assert!((340..=520).contains(&mib(Preset::Small)), "{}", mib(Preset::Small));
         assert!((1822..=2800).contains(&mib(Preset::Base)), "{}", mib(Preset::Base));
+    }
+
+    /// A machine that cannot hold the whole batch runs it in passes: the most rows that
+    /// fit, and one more would not.
+    #[test]
+    fn a_machine_short_of_the_whole_batch_gets_micro_batches() {
+        let base = Preset::Base.train_config(0);
+        assert!(base.batch > 2);
+        let available = 4 * memory_estimate(&base) * 2 / 3;
+        let rows = check_fits(&base, 4, available).unwrap();
+        assert!(rows >= 1 && rows < base.batch, "{rows}");
+        assert!(4 * memory_estimate_in_passes(&base, rows) <= available);
+        assert!(4 * memory_estimate_in_passes(&base, rows + 1) > available);
+        // Passes never count more rows than the batch has, nor fewer than one.
+        assert_eq!(memory_estimate_in_passes(&base, 10 * base.batch), memory_estimate(&base));
+        assert_eq!(memory_estimate_in_passes(&base, 0), memory_estimate_in_passes(&base, 1));
     }
 
     /// Shapes from the command line reach the estimate before validation: absurd ones

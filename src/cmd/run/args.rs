@@ -57,6 +57,12 @@ pub struct Args {
     /// CPU backend.
     #[arg(long, default_value = "flex")]
     pub backend: Backend,
+    /// Run each step's batch in passes of at most ROWS rows, their gradients summed
+    /// before the one optimizer step: the same step, with one pass's activations in
+    /// memory. A choice of this peer, not of the run. Default: the whole batch, or the
+    /// most rows that fit this machine's available memory.
+    #[arg(long, value_name = "ROWS", value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub micro_batch: Option<u64>,
     /// Write a checkpoint every this many steps.
     #[arg(long, default_value_t = 50)]
     pub checkpoint_every: u64,

@@ -1,0 +1,54 @@
+//! The trainer's micro-batches: the same step in passes.
+
+use super::*;
+use crate::data::Shard;
+
+fn trainer(rows: usize) -> Trainer {
+    let corpus = Corpus::embedded().unwrap();
+    let config = TrainConfig::tiny(7);
+    let mut t = Trainer::new(config, Backend::default(), &corpus, Shard::WHOLE).unwrap();
+    t.set_micro_batch(rows);
+    t
+}
+
+/// The loss and the flat gradient of `t`'s next batch, without stepping.
+fn loss_and_gradient(t: &Trainer) -> (f32, Vec<f32>) {
+    let batch = t.data.train_batch(t.state.step, t.config.batch).unwrap();
+    let (loss, mut grads) = t.gradients(&batch);
+    let (mut flat, mut layout) = (Vec::new(), Vec::new());
+    t.model.visit(&mut grad_io::Take { grads: &mut grads, flat: &mut flat, layout: &mut layout });
+    (loss.into_scalar::<f32>(), flat)
+}
+
+/// Passes of one row, and of unequal sizes (3 + 1 rows of the tiny model's 4), give the
+/// whole batch's mean loss and gradient, up to float rounding: each pass's loss is
+/// weighed by its share of the rows and the gradients are summed.
+#[test]
+fn passes_give_the_whole_batchs_loss_and_gradient() {
+    let whole = trainer(0);
+    assert_eq!(whole.config.batch, 4);
+    let (loss, grad) = loss_and_gradient(&whole);
+    let norm = grad.iter().map(|g| g * g).sum::<f32>().sqrt();
+    assert!(norm > 0.0);
+    for rows in [1, 3, 4, 100] {
+        let (l, g) = loss_and_gradient(&trainer(rows));
+        assert!((l - loss).abs() <= 1e-5 * loss.abs(), "{rows} rows: loss {l} against {loss}");
+        let diff = grad.iter().zip(&g).map(|(a, b)| (a - b) * (a - b)).sum::<f32>().sqrt();
+        assert!(diff <= 1e-5 * norm, "{rows} rows: gradient off by {diff} (norm {norm})");
+    }
+}
+
+/// Steps in passes train like whole steps: after a few, the same loss readings and the same
+/// validation loss, up to float rounding.
+#[test]
+fn steps_in_passes_train_like_whole_steps() {
+    let (mut whole, mut parts) = (trainer(0), trainer(1));
+    for step in 0..4 {
+        let a = whole.step().unwrap().loss.unwrap();
+        let b = parts.step().unwrap().loss.unwrap();
+        assert!((a - b).abs() <= 1e-4 * a.abs(), "step {step}: loss {b} against {a}");
+    }
+    assert_eq!(whole.state(), parts.state());
+    let (a, b) = (whole.evaluate(), parts.evaluate());
+    assert!((a - b).abs() <= 1e-4 * a.abs(), "validation {b} against {a}");
+}
