@@ -147,10 +147,7 @@ async fn train(args: Args) -> anyhow::Result<()> {
     let mut net = net_config(&args)?;
     let corpus = super::train::load_corpus(args.data.as_deref())?;
     let manifest = resolve_manifest(&args, &corpus)?;
-    let micro_batch = match args.micro_batch {
-        Some(rows) => rows as usize,
-        None => atoll::train::preset::check_machine(&manifest.train, 1)?,
-    };
+    let micro_batch = atoll::train::preset::check_machine(&manifest.train, 1, args.micro_batch)?;
     net.allow = manifest.allowed()?;
     if let Some(allow) = &net.allow {
         let me = atoll_net::PeerId::from(net.keypair.public());

@@ -81,10 +81,12 @@ impl RunArgs {
     /// Checks that `peers` peers of `manifest` fit this machine, and sets the rows per
     /// pass they run in when only micro-batches fit (unless `--micro-batch` chose).
     pub fn fit(&mut self, manifest: &Manifest, peers: u32) -> anyhow::Result<()> {
-        let rows = atoll::train::preset::check_machine(&manifest.train, u64::from(peers))?;
-        if self.micro_batch.is_none() && rows > 0 {
-            self.micro_batch = Some(rows as u64);
-        }
+        let rows = atoll::train::preset::check_machine(
+            &manifest.train,
+            u64::from(peers),
+            self.micro_batch,
+        )?;
+        self.micro_batch = (rows > 0).then_some(rows as u64);
         Ok(())
     }
 }

@@ -119,11 +119,7 @@ pub fn main(args: Args) -> anyhow::Result<()> {
     } else {
         Trainer::new(args.hyper.config(args.seed, args.steps), args.backend, &corpus, args.shard)?
     };
-    let rows = match args.micro_batch {
-        Some(rows) => rows as usize,
-        None => preset::check_machine(trainer.config(), 1)?,
-    };
-    trainer.set_micro_batch(rows);
+    trainer.set_micro_batch(preset::check_machine(trainer.config(), 1, args.micro_batch)?);
     let params = burn::module::Module::num_params(trainer.model());
     tracing::info!(
         corpus = corpus.name(),

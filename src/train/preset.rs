@@ -155,22 +155,28 @@ fn parse_mem_available(meminfo: &str) -> Option<u64> {
     (words.next() == Some("kB")).then_some(kib.saturating_mul(1024))
 }
 
-/// [`check_fits`] against this machine's available memory, if known (0, the whole batch
-/// at once, if not). A micro-batch is logged: the peer trains, slower than it could.
-pub fn check_machine(c: &TrainConfig, peers: u64) -> Result<usize, TooLarge> {
-    let rows = match available_memory() {
+/// The rows per pass `peers` peers of `c` run in on this machine: `chosen` (a
+/// `--micro-batch`), else what [`check_fits`] finds against the available memory (0, the
+/// whole batch at once, where that is unknown). Either way a model that does not fit even
+/// one row at a time is refused; a micro-batch the peer picked itself is logged (it trains
+/// slower than it could).
+pub fn check_machine(c: &TrainConfig, peers: u64, chosen: Option<u64>) -> Result<usize, TooLarge> {
+    let fits = match available_memory() {
         Some(available) => check_fits(c, peers, available)?,
         None => 0,
     };
-    if rows > 0 {
+    if let Some(rows) = chosen {
+        return Ok(usize::try_from(rows).unwrap_or(usize::MAX));
+    }
+    if fits > 0 {
         tracing::warn!(
-            rows,
+            rows = fits,
             batch = c.batch,
             "the whole batch does not fit this machine's available memory: each step runs in \
-             passes of {rows} rows (the same steps, slower)"
+             passes of {fits} rows (the same steps, slower)"
         );
     }
-    Ok(rows)
+    Ok(fits)
 }
 
 #[cfg(test)]
@@ -251,6 +257,14 @@ mod tests {
         // Passes never count more rows than the batch has, nor fewer than one.
         assert_eq!(memory_estimate_in_passes(&base, 10 * base.batch), memory_estimate(&base));
         assert_eq!(memory_estimate_in_passes(&base, 0), memory_estimate_in_passes(&base, 1));
+    }
+
+    /// A chosen micro-batch is kept as chosen; without one, a model that fits runs whole.
+    #[test]
+    fn a_chosen_micro_batch_is_kept() {
+        let tiny = TrainConfig::tiny(0);
+        assert_eq!(check_machine(&tiny, 1, Some(3)), Ok(3));
+        assert_eq!(check_machine(&tiny, 1, None), Ok(0));
     }
 
     /// Shapes from the command line reach the estimate before validation: absurd ones
