@@ -80,7 +80,10 @@ impl Protocol {
         self.lanes[p].forget_settled_grandparent();
         let lane = &self.lanes[p];
         let Some(latest) = lane.votes.latest_round(max_round) else { return };
-        let target = latest.max(lane.state.round);
+        // A peer whose vote lapsed follows the counted voters' latest state even where its
+        // own lineage ran ahead of it: nobody follows that lineage.
+        let following = !lane.votes.counts(&self.me);
+        let target = if following { latest } else { latest.max(lane.state.round) };
         let Some(leader) = lane.votes.leader(target) else { return };
         if self.blocked(&leader.hash, now) || self.rejected.contains(&leader.hash) {
             return;
@@ -197,7 +200,7 @@ impl Protocol {
         // on its own lineage meanwhile). The swarm's next state names it as its parent, so
         // it is kept, checked as an adoption would be, to recompute that one from its
         // recipe rather than chase the swarm a fetch behind for good.
-        if state.round < lane.state.round {
+        if state.round < lane.state.round && lane.votes.counts(&self.me) {
             if lane.overtaken.as_ref().is_none_or(|(_, s)| s.round < state.round) {
                 lane.overtaken = Some((hash, state));
             }

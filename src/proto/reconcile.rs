@@ -74,14 +74,22 @@ impl Votes {
         }
     }
 
-    /// Whether `peer`'s votes count: ours always, others' while their credit is current.
     /// Most credits (and voters' recipes) kept.
     pub fn capacity(&self) -> usize {
         self.capacity
     }
 
+    /// Whether `peer`'s votes count: others' while their credit is current. Ours too,
+    /// unless this peer once earned credit and let it lapse (it
+    /// stopped contributing, or its work stopped going the rounds' way): then the others
+    /// no longer count it either, and a state only it holds would be a lineage nobody
+    /// follows — it follows theirs instead. A peer that never contributed (a joiner, an
+    /// observer) keeps its own vote.
     pub fn counts(&self, peer: &PeerId) -> bool {
-        *peer == self.me || self.credits.get(peer).is_some_and(|&r| self.current(r))
+        match self.credits.get(peer) {
+            Some(&r) => self.current(r),
+            None => *peer == self.me,
+        }
     }
 
     /// Whether a credit earned for `round` still counts.
@@ -119,12 +127,13 @@ impl Votes {
         }
     }
 
-    /// Records `peer`'s announcement unless it is older than what we have from it.
+    /// Records `peer`'s announcement unless it is older than what we have from it (ours is
+    /// what we hold now, whatever its round: a follower may go back to an older state).
     pub fn record(&mut self, peer: PeerId, round: u64, hash: ContentHash) {
         let full = self.latest.len() >= self.capacity;
         match self.latest.entry(peer) {
             std::collections::hash_map::Entry::Occupied(mut e) => {
-                if e.get().0 > round {
+                if e.get().0 > round && peer != self.me {
                     return;
                 }
                 e.insert((round, hash));
@@ -306,6 +315,31 @@ mod tests {
         assert_eq!(v.credits.len(), 4);
         // The one evicted is the stalest, smallest id first: every peer evicts alike.
         assert!(!v.credits.contains_key(&PeerId(10)));
+    }
+
+    /// Our own vote counts until we earned credit and let it lapse, as the others see us;
+    /// then we follow their state, and our vote is what we hold now, even an older round.
+    #[test]
+    fn our_own_vote_lapses_with_our_credit() {
+        let (a, b) = (ContentHash([1; 32]), ContentHash([2; 32]));
+        let me = PeerId(0);
+        let mut v = Votes::new(me, 100);
+        v.prune(0, 1);
+        v.record(me, 9, a);
+        assert!(v.counts(&me), "a peer that never contributed keeps its vote");
+        v.credit(me, 3);
+        v.credit(PeerId(1), 3);
+        v.record(PeerId(1), 8, b);
+        assert_eq!(v.leader(9).unwrap().hash, a);
+        // Peer 1 goes on earning credit; we stopped contributing at round 3.
+        v.credit(PeerId(1), 4 + v.lapse());
+        assert!(!v.counts(&me) && v.counts(&PeerId(1)));
+        assert_eq!(v.leader(9), None, "a lapsed peer's own state leads nobody");
+        assert_eq!(v.latest_round(100), Some(8));
+        // Going back to the swarm's older state replaces our newer vote.
+        v.record(me, 8, b);
+        v.credit(me, 4 + v.lapse());
+        assert_eq!(v.leader(8).unwrap().holders, vec![me, PeerId(1)]);
     }
 
     #[test]
