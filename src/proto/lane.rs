@@ -318,10 +318,7 @@ impl Lane {
         self.held_bytes -= freed;
         self.claims.retain(|(_, r), _| !w.stale(*r, round));
         self.equivocators.retain(|(_, r)| !w.stale(*r, round));
-        // Measured from the newest counted announcement, not the clock: once the swarm stops
-        // merging (the end of a run), the last round's votes stay, so peers still reconcile.
-        let newest = round.min(self.votes.max_round());
-        self.votes.prune(newest.saturating_sub(w.log_rounds()), self.state.sampling.period);
+        self.votes.prune(round, w.log_rounds(), self.state.sampling.period);
         for recipes in [&mut self.recipes, &mut self.recipes_before] {
             recipes.retain(|_, (_, r, _)| r.saturating_add(w.log_rounds()) >= round);
         }

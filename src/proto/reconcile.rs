@@ -182,9 +182,18 @@ impl Votes {
         self.max_round
     }
 
-    /// Forgets peers whose latest announcement is older than `oldest` (gone or stuck), and
-    /// sets how long a credit lasts for a fragment contributed to once per `period` rounds.
-    pub fn prune(&mut self, oldest: u64, period: u32) {
+    /// Forgets peers whose latest announcement is more than `keep` rounds older than the
+    /// newest counted one (gone or stuck), and sets how long a credit lasts for a fragment
+    /// contributed to once per `period` rounds. Measured from the newest counted
+    /// announcement, not the clock's `round`: once the swarm stops merging (the end of a
+    /// run) the last round's votes stay, so peers still reconcile. With no counted vote
+    /// yet (a joiner), from the clock's: uncounted votes do not pile up.
+    pub fn prune(&mut self, round: u64, keep: u64, period: u32) {
+        let newest = match self.max_round {
+            0 => round,
+            counted => round.min(counted),
+        };
+        let oldest = newest.saturating_sub(keep);
         self.lapse = CREDIT_LAPSE.saturating_add(4 * u64::from(period));
         self.latest.retain(|_, (r, _)| *r >= oldest);
         self.max_round = self.counted().map(|(_, (r, _))| *r).max().unwrap_or(0);
@@ -255,7 +264,7 @@ mod tests {
         assert_eq!(v.leader(5).unwrap().hash, a);
         assert_eq!(v.latest_round(100), Some(6));
         assert_eq!(v.latest_round(5), Some(5));
-        v.prune(6, 1);
+        v.prune(6, 0, 1);
         assert!(v.leader(5).is_none());
     }
 
@@ -276,7 +285,7 @@ mod tests {
     fn a_credit_not_earned_again_lapses() {
         let a = ContentHash([1; 32]);
         let mut v = Votes::new(PeerId(0), 100);
-        v.prune(0, 1);
+        v.prune(0, 0, 1);
         let lapse = v.lapse();
         assert_eq!(lapse, CREDIT_LAPSE + 4);
         v.credit(PeerId(1), 3);
@@ -295,7 +304,7 @@ mod tests {
         v.credit(PeerId(1), 5 + lapse);
         assert!(v.counts(&PeerId(1)));
         // A longer period lengthens the lapse: a sampled peer contributes once a period.
-        v.prune(0, 16);
+        v.prune(0, 0, 16);
         assert_eq!(v.lapse(), CREDIT_LAPSE + 64);
     }
 
@@ -317,6 +326,29 @@ mod tests {
         assert!(!v.credits.contains_key(&PeerId(10)));
     }
 
+    /// Votes are forgotten by their distance from the newest counted one: while nobody
+    /// merges (the end of a run) the clock moving on forgets nothing.
+    #[test]
+    fn an_idle_swarm_keeps_its_last_votes() {
+        let (a, b) = (ContentHash([1; 32]), ContentHash([2; 32]));
+        let mut v = Votes::new(PeerId(0), 100);
+        v.credit(PeerId(1), 10);
+        v.record(PeerId(0), 10, a);
+        v.record(PeerId(1), 10, b);
+        v.prune(40, 3, 1);
+        assert_eq!(v.leader(10).unwrap().voters, 2, "the clock alone forgot the last votes");
+        v.record(PeerId(1), 40, b);
+        v.prune(40, 3, 1);
+        assert_eq!(v.leader(10), None);
+        assert_eq!(v.latest_round(40), Some(40));
+        // Without a counted vote, the clock decides: uncounted votes do not pile up.
+        let mut w = Votes::new(PeerId(0), 100);
+        w.record(PeerId(5), 10, a);
+        w.prune(40, 3, 1);
+        w.credit(PeerId(5), 10);
+        assert_eq!(w.leader(10), None);
+    }
+
     /// Our own vote counts until we earned credit and let it lapse, as the others see us;
     /// then we follow their state, and our vote is what we hold now, even an older round.
     #[test]
@@ -324,7 +356,7 @@ mod tests {
         let (a, b) = (ContentHash([1; 32]), ContentHash([2; 32]));
         let me = PeerId(0);
         let mut v = Votes::new(me, 100);
-        v.prune(0, 1);
+        v.prune(0, 0, 1);
         v.record(me, 9, a);
         assert!(v.counts(&me), "a peer that never contributed keeps its vote");
         v.credit(me, 3);
@@ -359,7 +391,7 @@ mod tests {
         assert_eq!(v.max_round(), 9);
         assert_eq!(v.leader(9).unwrap().holders, vec![PeerId(100)]);
         // Pruning forgets old votes, not credits.
-        v.prune(0, 1);
+        v.prune(0, 0, 1);
         assert_eq!(v.max_round(), 9);
     }
 }
