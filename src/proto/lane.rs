@@ -238,7 +238,7 @@ impl Lane {
         }
         self.state_bytes = self.state.to_bytes().into();
         self.state_hash = ContentHash::of(&self.state_bytes);
-        self.votes.record(me, round, self.state_hash);
+        self.votes.set_mine(round, self.state_hash);
         self.prune(round, w, m);
         m.merges += 1;
         m.merged_contributions += merged.len() as u64;
@@ -382,7 +382,7 @@ impl Lane {
         self.overtaken = None;
         self.state_hash = hash;
         self.state_bytes = bytes;
-        self.votes.record(me, self.state.round, hash);
+        self.votes.set_mine(self.state.round, hash);
         self.closed_round = self.closed_round.max(new_round);
         if let Some(o) = self.open.as_mut() {
             // The adopted state already contains this round's merge: do not merge it again.

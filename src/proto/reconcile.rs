@@ -80,11 +80,10 @@ impl Votes {
     }
 
     /// Whether `peer`'s votes count: others' while their credit is current. Ours too,
-    /// unless this peer once earned credit and let it lapse (it
-    /// stopped contributing, or its work stopped going the rounds' way): then the others
-    /// no longer count it either, and a state only it holds would be a lineage nobody
-    /// follows — it follows theirs instead. A peer that never contributed (a joiner, an
-    /// observer) keeps its own vote.
+    /// unless this peer once earned credit and let it lapse (it stopped contributing, or
+    /// its work stopped going the rounds' way): then the others no longer count it either,
+    /// and a state only it holds would be a lineage nobody follows — it follows theirs
+    /// instead. A peer that never contributed (a joiner, an observer) keeps its own vote.
     pub fn counts(&self, peer: &PeerId) -> bool {
         match self.credits.get(peer) {
             Some(&r) => self.current(r),
@@ -127,13 +126,22 @@ impl Votes {
         }
     }
 
-    /// Records `peer`'s announcement unless it is older than what we have from it (ours is
-    /// what we hold now, whatever its round: a follower may go back to an older state).
+    /// Our own vote: the state we hold now, whatever its round (a follower may go back to
+    /// an older state). Announcements of ours heard from the network go through
+    /// [`Votes::record`], where an older one (a replay) changes nothing.
+    pub fn set_mine(&mut self, round: u64, hash: ContentHash) {
+        self.latest.insert(self.me, (round, hash));
+        if self.counts(&self.me) {
+            self.max_round = self.max_round.max(round);
+        }
+    }
+
+    /// Records `peer`'s announcement unless it is older than what we have from it.
     pub fn record(&mut self, peer: PeerId, round: u64, hash: ContentHash) {
         let full = self.latest.len() >= self.capacity;
         match self.latest.entry(peer) {
             std::collections::hash_map::Entry::Occupied(mut e) => {
-                if e.get().0 > round && peer != self.me {
+                if e.get().0 > round {
                     return;
                 }
                 e.insert((round, hash));
@@ -368,8 +376,11 @@ mod tests {
         assert!(!v.counts(&me) && v.counts(&PeerId(1)));
         assert_eq!(v.leader(9), None, "a lapsed peer's own state leads nobody");
         assert_eq!(v.latest_round(100), Some(8));
-        // Going back to the swarm's older state replaces our newer vote.
+        // A replay of an older announcement of ours changes nothing; going back to the
+        // swarm's older state replaces our newer vote.
         v.record(me, 8, b);
+        assert_eq!(v.latest[&me], (9, a));
+        v.set_mine(8, b);
         v.credit(me, 4 + v.lapse());
         assert_eq!(v.leader(8).unwrap().holders, vec![me, PeerId(1)]);
     }
