@@ -173,6 +173,9 @@ impl Sim {
                 self.stats.grace_sum_ms += r.grace_ms;
                 self.stats.merged_contributions += r.merged.len() as u64;
                 self.stats.late_merged += r.late as u64;
+                if !self.byz.is_hostile(i) {
+                    self.weigh(&r.contributions);
+                }
                 if let Some(l) = self.lineages.as_mut() {
                     l.merged(i, &r, &mut self.stats);
                 }
@@ -190,6 +193,19 @@ impl Sim {
                 if !self.byz.is_hostile(i) {
                     *self.stats.offences.entry(offence).or_default() += 1;
                 }
+            }
+        }
+    }
+
+    /// Adds an honest merge's contributions to the influence tally (`Stats::hostile_share`).
+    fn weigh(&mut self, contributions: &[crate::proto::Contribution]) {
+        let peers = self.slots.len();
+        for c in contributions {
+            let w = c.tokens as f64 * c.agreement;
+            self.stats.merged_weight += w;
+            let server = super::byzantine::server_of(c.origin, peers);
+            if server.is_some_and(|s| self.byz.is_hostile(s)) {
+                self.stats.hostile_weight += w;
             }
         }
     }

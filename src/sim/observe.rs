@@ -39,6 +39,23 @@ pub struct Stats {
     /// Adoptions of a state whose lineage the simulator never saw produced (must stay 0).
     pub unknown_lineage: u64,
     pub events: u64,
+    /// Weight the honest peers' merges gave to contributions, summed over their merges:
+    /// tokens × agreement factor, all authors (`merged_weight`) and hostile ones (and their
+    /// Sybils: `hostile_weight`). Their ratio is the attackers' influence, measured directly
+    /// rather than through a noisy loss.
+    pub merged_weight: f64,
+    pub hostile_weight: f64,
+}
+
+impl Stats {
+    /// The hostile peers' share of the weight honest merges gave (0 with no merges).
+    pub fn hostile_share(&self) -> f64 {
+        if self.merged_weight > 0.0 {
+            self.hostile_weight / self.merged_weight
+        } else {
+            0.0
+        }
+    }
 }
 
 /// Full merged sets per lineage (only when tracking is on).

@@ -8,7 +8,9 @@
 //! their own test with the bound measured for them (SECURITY.md, "What it cannot defend").
 //! Well-formed poison (reversed, scaled, aimed against the honest direction) is weighed by
 //! its agreement with the round: neutralised from one peer in eight, bounded from a
-//! quarter and a third of colluding peers, at both merge lags. A Sybil majority that earns
+//! quarter and a third of colluding peers, at both merge lags — in the honest loss (a
+//! mean over seeds) and in the attackers' share of the weight honest merges gave them (in
+//! every seed). A Sybil majority that earns
 //! vote credit with well-formed deltas is outside the threat model: it must not crash
 //! anyone, and nothing more is asserted of it.
 
@@ -230,6 +232,16 @@ fn loss_curve_by_hostile_fraction() {
     }
 }
 
+/// The most weight a quarter of colluding attackers may earn in honest merges, in any seed:
+/// measured at most 0.029 (lag 1, −10× stolen copies) over seeds 76–87; a quarter of the
+/// tokens they claim would be 0.25, and 0.07–0.28 is what they earn without agreement
+/// weights.
+const SHARE_QUARTER: f64 = 0.05;
+/// ... with sparse deltas: measured at most 0.093 (lag 1, aimed deltas).
+const SHARE_SPARSE: f64 = 0.15;
+/// ... and from a third of the peers: measured at most 0.070 (lag 1, aimed deltas).
+const SHARE_THIRD: f64 = 0.1;
+
 /// Seeds averaged per figure below: at `merge_lag` 0 one seed's honest loss moves ±20%
 /// with arrival order alone (every run takes about 0.05 s).
 const SEEDS: u64 = 12;
@@ -253,6 +265,18 @@ fn colluding(
     lag: u64,
     setup: Setup,
 ) -> f64 {
+    colluding_run(peers, hostile, attack, seed, lag, setup).loss
+}
+
+/// The run behind [`colluding`].
+fn colluding_run(
+    peers: usize,
+    hostile: usize,
+    attack: Option<Attack>,
+    seed: u64,
+    lag: u64,
+    setup: Setup,
+) -> Outcome {
     let mut cfg = SimConfig::new(peers, seed);
     cfg.settings.merge_lag = lag;
     cfg.settings.agreement_weights = setup != Setup::NoAgreement;
@@ -263,28 +287,46 @@ fn colluding(
     let seats: Vec<usize> =
         (0..hostile).map(|j| (start + j * peers / hostile.max(1)) % peers).collect();
     match attack {
-        None => run_config(cfg, &seats).loss,
+        None => run_config(cfg, &seats),
         Some(a) => {
             cfg.hostile = seats.into_iter().map(|i| (i, a)).collect();
-            run_config(cfg, &[]).loss
+            run_config(cfg, &[])
         }
     }
 }
 
-/// The honest loss under `attack` by `hostile` of `peers`, over the unattacked loss (the
-/// larger of: the attackers' seats empty, and everyone honest), averaged over [`SEEDS`]
-/// seeds from `seed`. Each seed's ratio is printed too: a mean inside its bound can hide
-/// one seed that blew up, and `SEED=n` replays it.
-fn damage(peers: usize, hostile: usize, attack: Attack, seed: u64, lag: u64, setup: Setup) -> f64 {
-    let ratio = |s: u64| {
+/// What a colluding attack did over [`SEEDS`] seeds.
+struct Damage {
+    /// The honest loss over the unattacked loss (the larger of: the attackers' seats empty,
+    /// and everyone honest), averaged over the seeds.
+    loss: f64,
+    /// The largest share of the weight the honest peers' merges gave the attackers
+    /// (`Stats::hostile_share`) in any seed: their influence, measured directly. At lag 0
+    /// the loss ratio of one seed moves with the arrival order alone, which the attackers
+    /// change by being there: seed 86's 1.76× below came with a share of 0.000.
+    share: f64,
+}
+
+/// The damage of `attack` by `hostile` of `peers`. Each seed's ratio and share are printed
+/// too: a mean inside its bound can hide one seed that blew up, and `SEED=n` replays it.
+fn damage(peers: usize, hostile: usize, attack: Attack, seed: u64, lag: u64, setup: Setup) -> Damage {
+    let run = |s: u64| {
         let empty = colluding(peers, hostile, None, s, lag, setup);
         let honest = colluding(peers, 0, None, s, lag, setup);
-        colluding(peers, hostile, Some(attack), s, lag, setup) / empty.max(honest)
+        let o = colluding_run(peers, hostile, Some(attack), s, lag, setup);
+        (o.loss / empty.max(honest), o.sim.stats.hostile_share())
     };
-    let ratios: Vec<f64> = (seed..seed + SEEDS).map(ratio).collect();
-    let each: Vec<String> = ratios.iter().zip(seed..).map(|(r, s)| format!("{s}:{r:.2}")).collect();
-    eprintln!("{hostile}/{peers} {attack:?} lag {lag} {setup:?}, by seed: {}", each.join(" "));
-    ratios.iter().sum::<f64>() / SEEDS as f64
+    let runs: Vec<(f64, f64)> = (seed..seed + SEEDS).map(run).collect();
+    let each: Vec<String> =
+        runs.iter().zip(seed..).map(|((r, w), s)| format!("{s}:{r:.2}/{w:.3}")).collect();
+    eprintln!(
+        "{hostile}/{peers} {attack:?} lag {lag} {setup:?}, by seed (loss ratio/weight share): {}",
+        each.join(" ")
+    );
+    Damage {
+        loss: runs.iter().map(|r| r.0).sum::<f64>() / SEEDS as f64,
+        share: runs.iter().map(|r| r.1).fold(0.0, f64::max),
+    }
 }
 
 /// The attacks that need no provable offence: an author-bound delta within the manifest's
@@ -306,11 +348,19 @@ fn a_quarter_of_colluding_attackers_are_bounded() {
         for a in WELL_FORMED {
             let on = damage(16, 4, a, seed, lag, Setup::Default);
             let off = damage(16, 4, a, seed, lag, Setup::NoAgreement);
-            eprintln!("seed {seed}: lag {lag}: 4/16 {a:?}: honest loss {on:.3}x unattacked ({off:.3}x without agreement weights)");
-            assert!(on <= BOUND_QUARTER, "seed {seed}: lag {lag}: 4/16 {a:?}: {on:.3}x");
+            let (l, w) = (on.loss, on.share);
+            eprintln!(
+                "seed {seed}: lag {lag}: 4/16 {a:?}: honest loss {l:.3}x unattacked, weight \
+                 share at most {w:.3} ({:.3}x and {:.3} without agreement weights)",
+                off.loss, off.share
+            );
+            assert!(l <= BOUND_QUARTER, "seed {seed}: lag {lag}: 4/16 {a:?}: {l:.3}x");
+            assert!(w <= SHARE_QUARTER, "seed {seed}: lag {lag}: 4/16 {a:?}: share {w:.3}");
             assert!(
-                off > 1.1,
-                "seed {seed}: lag {lag}: 4/16 {a:?}: harmless undefended ({off:.3}x)"
+                off.loss > 1.1 && off.share > SHARE_QUARTER,
+                "seed {seed}: lag {lag}: 4/16 {a:?}: harmless undefended ({:.3}x, share {:.3})",
+                off.loss,
+                off.share
             );
         }
     }
@@ -328,9 +378,13 @@ fn sparse_deltas_under_attack_are_bounded_and_come_together() {
     let seed = seed_from_env(79);
     for lag in [0, 1] {
         for a in WELL_FORMED {
-            let on = damage(16, 4, a, seed, lag, Setup::Sparse);
-            eprintln!("seed {seed}: lag {lag}: top2 4/16 {a:?}: honest loss {on:.3}x unattacked");
-            assert!(on <= BOUND_SPARSE, "seed {seed}: lag {lag}: top2 4/16 {a:?}: {on:.3}x");
+            let Damage { loss: l, share: w } = damage(16, 4, a, seed, lag, Setup::Sparse);
+            eprintln!(
+                "seed {seed}: lag {lag}: top2 4/16 {a:?}: honest loss {l:.3}x unattacked, \
+                 weight share at most {w:.3}"
+            );
+            assert!(l <= BOUND_SPARSE, "seed {seed}: lag {lag}: top2 4/16 {a:?}: {l:.3}x");
+            assert!(w <= SHARE_SPARSE, "seed {seed}: lag {lag}: top2 4/16 {a:?}: share {w:.3}");
             let mut cfg = SimConfig::new(16, seed);
             cfg.settings.merge_lag = lag;
             cfg.settings.encode = sparse_options();
@@ -376,9 +430,13 @@ fn a_third_of_colluding_attackers_do_not_stop_training() {
     let seed = seed_from_env(77);
     for lag in [0, 1] {
         for a in WELL_FORMED {
-            let on = damage(18, 6, a, seed, lag, Setup::Default);
-            eprintln!("seed {seed}: lag {lag}: 6/18 {a:?}: honest loss {on:.3}x unattacked");
-            assert!(on <= BOUND_THIRD, "seed {seed}: lag {lag}: 6/18 {a:?}: {on:.3}x");
+            let Damage { loss: l, share: w } = damage(18, 6, a, seed, lag, Setup::Default);
+            eprintln!(
+                "seed {seed}: lag {lag}: 6/18 {a:?}: honest loss {l:.3}x unattacked, weight \
+                 share at most {w:.3}"
+            );
+            assert!(l <= BOUND_THIRD, "seed {seed}: lag {lag}: 6/18 {a:?}: {l:.3}x");
+            assert!(w <= SHARE_THIRD, "seed {seed}: lag {lag}: 6/18 {a:?}: share {w:.3}");
         }
     }
 }
@@ -397,3 +455,4 @@ fn agreement_weights_cost_an_honest_swarm_under_two_percent() {
         assert!(on <= 1.02 * off, "seed {seed}: lag {lag}: {on:.4} against {off:.4}");
     }
 }
+
