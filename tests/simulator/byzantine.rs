@@ -309,7 +309,14 @@ struct Damage {
 
 /// The damage of `attack` by `hostile` of `peers`. Each seed's ratio and share are printed
 /// too: a mean inside its bound can hide one seed that blew up, and `SEED=n` replays it.
-fn damage(peers: usize, hostile: usize, attack: Attack, seed: u64, lag: u64, setup: Setup) -> Damage {
+fn damage(
+    peers: usize,
+    hostile: usize,
+    attack: Attack,
+    seed: u64,
+    lag: u64,
+    setup: Setup,
+) -> Damage {
     let run = |s: u64| {
         let empty = colluding(peers, hostile, None, s, lag, setup);
         let honest = colluding(peers, 0, None, s, lag, setup);
@@ -455,4 +462,3 @@ fn agreement_weights_cost_an_honest_swarm_under_two_percent() {
         assert!(on <= 1.02 * off, "seed {seed}: lag {lag}: {on:.4} against {off:.4}");
     }
 }
-
