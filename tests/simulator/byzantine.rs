@@ -256,20 +256,8 @@ enum Setup {
 }
 
 /// `hostile` of `peers` sending `attack` from evenly spread seats (`attack` `None`: those
-/// seats empty), at `lag`, merging as `setup` says: the honest loss.
+/// seats empty), at `lag`, merging as `setup` says.
 fn colluding(
-    peers: usize,
-    hostile: usize,
-    attack: Option<Attack>,
-    seed: u64,
-    lag: u64,
-    setup: Setup,
-) -> f64 {
-    colluding_run(peers, hostile, attack, seed, lag, setup).loss
-}
-
-/// The run behind [`colluding`].
-fn colluding_run(
     peers: usize,
     hostile: usize,
     attack: Option<Attack>,
@@ -318,9 +306,9 @@ fn damage(
     setup: Setup,
 ) -> Damage {
     let run = |s: u64| {
-        let empty = colluding(peers, hostile, None, s, lag, setup);
-        let honest = colluding(peers, 0, None, s, lag, setup);
-        let o = colluding_run(peers, hostile, Some(attack), s, lag, setup);
+        let empty = colluding(peers, hostile, None, s, lag, setup).loss;
+        let honest = colluding(peers, 0, None, s, lag, setup).loss;
+        let o = colluding(peers, hostile, Some(attack), s, lag, setup);
         (o.loss / empty.max(honest), o.sim.stats.hostile_share())
     };
     let runs: Vec<(f64, f64)> = (seed..seed + SEEDS).map(run).collect();
@@ -455,7 +443,7 @@ fn agreement_weights_cost_an_honest_swarm_under_two_percent() {
     let seed = seed_from_env(78);
     for lag in [0, 1] {
         let loss = |setup: Setup| {
-            (seed..seed + SEEDS).map(|s| colluding(16, 0, None, s, lag, setup)).sum::<f64>()
+            (seed..seed + SEEDS).map(|s| colluding(16, 0, None, s, lag, setup).loss).sum::<f64>()
         };
         let (on, off) = (loss(Setup::Default), loss(Setup::NoAgreement));
         eprintln!("seed {seed}: lag {lag}: honest loss {:.3}x with agreement weights", on / off);
