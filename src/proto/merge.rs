@@ -114,6 +114,16 @@ struct Clip {
     clamped: Vec<f64>,
 }
 
+/// How many distinct authors `inputs` has. What counts as a small set is a matter of
+/// authors, not contributions: an author's late deltas of earlier rounds beside its latest
+/// are still one voice ([`robust_step`]).
+fn authors(inputs: &[Input<'_>]) -> usize {
+    let mut ids: Vec<_> = inputs.iter().map(|i| i.author).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids.len()
+}
+
 /// Per-tensor clipping against the round's own median norm `m` (lower median): returns,
 /// per contribution, the factor `min(1, clip·m / norm)` that scales its values, and its norm
 /// clamped into `[m / clip, clip·m]` (what RDA's radius averages: a zero or tiny delta
@@ -288,8 +298,8 @@ pub fn robust_step(
         if outer.scale != 1.0 {
             delta.iter_mut().for_each(|v| *v *= outer.scale);
         }
-        if bounds.agree && inputs.len() <= 2 {
-            // Too few for a median: held against the state's momentum as well.
+        if bounds.agree && authors(inputs) <= 2 {
+            // Too few authors for a median: held against the state's momentum as well.
             for (a, inp) in agreement.iter_mut().zip(inputs.iter()) {
                 if agreement::opposes(spec, inp.values, momentum) {
                     *a = 0.0;
@@ -331,7 +341,7 @@ pub fn robust_step(
     Step { anchor: anchor.to_vec(), momentum: momentum.to_vec(), dropped, agreement: Vec::new() }
 }
 
-/// With fewer than three contributions the round's median norm is one of theirs, so the
+/// With fewer than three authors the round's median norm may be one author's, so the
 /// clip bounds nothing: a lone −10× copy of an honest delta, at an angle to the momentum
 /// that the sign test lets through, would move the anchor ten rounds' worth (measured on
 /// real processes: val_bpb 5.96 against 4.08, when honest peers had left and the copy

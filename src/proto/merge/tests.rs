@@ -254,6 +254,32 @@ fn a_lone_or_paired_delta_against_the_momentum_earns_nothing() {
     assert_eq!(a, alone, "the refused one still moved the anchor");
 }
 
+/// Two authors are a small set however many contributions one of them has. Counted as
+/// contributions, an attacker's three −10× copies (its latest and late ones) beside the one
+/// honest delta left once the other honest peers had finished made the median and took all
+/// the weight (tests/hostile.rs: val_bpb 7.02 against 3.80 in one CI run); held against
+/// the state's momentum as well, they earn nothing.
+#[test]
+fn one_author_s_several_contributions_are_still_a_small_set() {
+    let settings = one_fragment();
+    let honest = |k: f32| vec![1.0, 0.5 + 0.1 * k, 0.2 - 0.1 * k, 0.3, 0.4 * k];
+    let against = |k: f32| honest(k).iter().map(|v| -10.0 * v).collect::<Vec<f32>>();
+    let vals = vec![honest(0.0), against(0.0), against(1.0), against(2.0)];
+    let mut inp = inputs(&vals);
+    inp.iter_mut().skip(1).for_each(|i| i.author = PeerId(9));
+    canonical_order(&mut inp);
+    let bounds = settings.merge_bounds();
+    let counted = combine(&spec(false), &inp, MergeRule::Rda, &bounds).agreement;
+    let theirs: Vec<bool> = inp.iter().map(|i| i.author == PeerId(9)).collect();
+    let copies = |a: &[f64]| -> Vec<f64> {
+        theirs.iter().zip(a).filter(|(&t, _)| t).map(|(_, &a)| a).collect()
+    };
+    assert!(copies(&counted).iter().all(|&a| a > 0.0), "{counted:?}");
+    let momentum = honest(1.0);
+    let s = robust_step(&spec(false), &mut inp, &[0.5; 5], &momentum, &settings, plain(&settings));
+    assert!(copies(&s.agreement).iter().all(|&a| a == 0.0), "{:?}", s.agreement);
+}
+
 /// A lone delta the sign test lets through (orthogonal to the momentum here) moves the
 /// anchor by at most what a delta of the momentum's norm would, however large it is; one
 /// within that norm is merged unchanged; without momentum nothing is capped.
