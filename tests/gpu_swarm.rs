@@ -30,36 +30,46 @@ fn a_wgpu_peer_and_a_cpu_peer_end_with_identical_anchors() {
 
 #[cfg(feature = "wgpu")]
 mod mixed {
-    use std::time::Duration;
+    use std::time::{Duration, Instant};
 
     use atoll::fleet::{Spec, Until};
 
     use super::common::{self, assert_same_final_anchors, serial, Peer};
 
+    /// How long the GPU peer trains (`--duration`), its first step included.
+    const RUN: u64 = 150;
+    /// The least time the two peers train together.
+    const TOGETHER: u64 = 30;
+
     pub fn swarm() {
         let _serial = serial();
         let tmp = common::test_dir("gpu-");
         let manifest = common::swarm_manifest(tmp.path(), "gpu-swarm");
-        // Both train for the same wall-clock time and stop together: a GPU peer given a
-        // step count could finish long before the CPU peer and leave with the anchors of
-        // then.
-        let until = Until::Seconds(60);
-        let spec = |i: usize| {
+        // Both stop training at the same wall-clock time (a GPU peer given a step count
+        // could finish long before the CPU peer, or after it had left).
+        let spec = |i: usize, until: Until| {
             let dir = tmp.path().join(format!("peer-{i}"));
             Spec::train(dir, &manifest, &format!("{i}/2"), until)
         };
-        // Lavapipe compiles the model's kernels during a peer's first step: over a minute on
-        // a 2-core machine with a cold shader cache (CI machines start with one), longer
-        // than the run, and the GPU peer then contributes nothing. A one-step peer of the
-        // same model fills Mesa's on-disk shader cache first, so the swarm's GPU peer trains
-        // within seconds of starting, as a restarted peer on a real GPU does (JOINING.md).
-        let warm = Spec::train(tmp.path().join("warm-up"), &manifest, "0/2", Until::Steps(1));
-        let mut warm = [Peer::start("wgpu warm-up", warm.arg("--backend").arg("wgpu"))];
-        common::wait_all_exit(&mut warm, Duration::from_secs(300));
-        // The GPU peer listens; the CPU peer joins it.
-        let mut gpu = Peer::start("wgpu peer", spec(0).arg("--backend").arg("wgpu"));
-        let addr = gpu.listen_addr(Duration::from_secs(120));
-        let cpu = Peer::start("flex peer", spec(1).bootstrap(Some(addr)));
+        // Lavapipe compiles the model's kernels during a peer's first step: 40–85 s on a
+        // 2-core machine (with Mesa's shader cache warm or cold), most of a short run, and
+        // a GPU peer that spent its run compiling contributes nothing (a CI run: one step,
+        // no delta, in 60 s). So the GPU peer starts first, alone, and the CPU peer joins
+        // once its first step is done and trains until the GPU peer's time is up.
+        let started = Instant::now();
+        let mut gpu =
+            [Peer::start("wgpu peer", spec(0, Until::Seconds(RUN)).arg("--backend").arg("wgpu"))];
+        let addr = gpu[0].listen_addr(Duration::from_secs(120));
+        common::wait_for(
+            "the GPU peer's first step",
+            Duration::from_secs(RUN - TOGETHER),
+            &mut gpu,
+            |p| p[0].training().is_some_and(|t| t.step >= 1),
+        );
+        eprintln!("the GPU peer's first step was done {:?} after its start", started.elapsed());
+        let left = RUN.saturating_sub(started.elapsed().as_secs()).max(TOGETHER);
+        let [gpu] = gpu;
+        let cpu = Peer::start("flex peer", spec(1, Until::Seconds(left)).bootstrap(Some(addr)));
         let mut peers = [gpu, cpu];
         common::wait_all_exit(&mut peers, Duration::from_secs(300));
         assert_same_final_anchors(&peers);
@@ -83,8 +93,13 @@ mod mixed {
         let merges = atoll::rundir::ledger::read(&peers[1].spec.dir).unwrap();
         let from_gpu: Vec<_> =
             merges.iter().flat_map(|m| &m.contributions).filter(|c| c.peer == ids[0]).collect();
+        let weighed = from_gpu.iter().filter(|c| c.agreement > 0.0).count();
+        eprintln!(
+            "the CPU peer merged {} deltas of the GPU peer, {weighed} with weight",
+            from_gpu.len()
+        );
         assert!(
-            from_gpu.iter().any(|c| c.agreement > 0.0),
+            weighed > 0,
             "the CPU peer merged no delta of the GPU peer with weight: {from_gpu:?}; GPU peer {:?}",
             peers[0].training()
         );
