@@ -226,10 +226,15 @@ impl Attack {
                 StateAnnounce { round, hash: ContentHash::of(&round.to_le_bytes()), ..s.clone() };
             self.publish(Message::State(fake)).await;
         }
-        for _ in 0..20 {
-            let req = BlobRequest::Chunk { hash: BlobHash(s.hash.0), index: 0 };
-            let _ = self.client.request_blob(author, req).await;
-        }
+        // In a task of its own: a peer that throttles the repeats answers late or never,
+        // and waiting here would leave this attacker's later deltas for rounds already
+        // closed (stale announcements are dropped before any equivocation check).
+        let (client, hash) = (self.client.clone(), BlobHash(s.hash.0));
+        tokio::spawn(async move {
+            for _ in 0..20 {
+                let _ = client.request_blob(author, BlobRequest::Chunk { hash, index: 0 }).await;
+            }
+        });
     }
 }
 
