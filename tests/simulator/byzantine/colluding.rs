@@ -67,6 +67,17 @@ struct Damage {
     share: f64,
 }
 
+impl Damage {
+    /// Prints the damage and holds it to `loss` (the mean ratio) and `share` (the largest
+    /// share); `what` names the case (seed, lag, attack) in both.
+    fn assert_within(&self, loss: f64, share: f64, what: &str) {
+        let (l, w) = (self.loss, self.share);
+        eprintln!("{what}: honest loss {l:.3}x unattacked, weight share at most {w:.3}");
+        assert!(l <= loss, "{what}: {l:.3}x");
+        assert!(w <= share, "{what}: share {w:.3}");
+    }
+}
+
 /// The damage of `attack` by `hostile` of `peers`. Each seed's ratio and share are printed
 /// too: a mean inside its bound can hide one seed that blew up, and `SEED=n` replays it.
 fn damage(
@@ -115,14 +126,9 @@ fn a_quarter_of_colluding_attackers_are_bounded() {
         for a in WELL_FORMED {
             let on = damage(16, 4, a, seed, lag, Setup::Default);
             let off = damage(16, 4, a, seed, lag, Setup::NoAgreement);
-            let (l, w) = (on.loss, on.share);
-            eprintln!(
-                "seed {seed}: lag {lag}: 4/16 {a:?}: honest loss {l:.3}x unattacked, weight \
-                 share at most {w:.3} ({:.3}x and {:.3} without agreement weights)",
-                off.loss, off.share
-            );
-            assert!(l <= BOUND_QUARTER, "seed {seed}: lag {lag}: 4/16 {a:?}: {l:.3}x");
-            assert!(w <= SHARE_QUARTER, "seed {seed}: lag {lag}: 4/16 {a:?}: share {w:.3}");
+            let what = format!("seed {seed}: lag {lag}: 4/16 {a:?}");
+            eprintln!("{what}: without agreement weights {:.3}x, share {:.3}", off.loss, off.share);
+            on.assert_within(BOUND_QUARTER, SHARE_QUARTER, &what);
             assert!(
                 off.loss > 1.1 && off.share > SHARE_QUARTER,
                 "seed {seed}: lag {lag}: 4/16 {a:?}: harmless undefended ({:.3}x, share {:.3})",
@@ -145,13 +151,12 @@ fn sparse_deltas_under_attack_are_bounded_and_come_together() {
     let seed = seed_from_env(79);
     for lag in [0, 1] {
         for a in WELL_FORMED {
-            let Damage { loss: l, share: w } = damage(16, 4, a, seed, lag, Setup::Sparse);
-            eprintln!(
-                "seed {seed}: lag {lag}: top2 4/16 {a:?}: honest loss {l:.3}x unattacked, \
-                 weight share at most {w:.3}"
+            let what = format!("seed {seed}: lag {lag}: top2 4/16 {a:?}");
+            damage(16, 4, a, seed, lag, Setup::Sparse).assert_within(
+                BOUND_SPARSE,
+                SHARE_SPARSE,
+                &what,
             );
-            assert!(l <= BOUND_SPARSE, "seed {seed}: lag {lag}: top2 4/16 {a:?}: {l:.3}x");
-            assert!(w <= SHARE_SPARSE, "seed {seed}: lag {lag}: top2 4/16 {a:?}: share {w:.3}");
             let mut cfg = SimConfig::new(16, seed);
             cfg.settings.merge_lag = lag;
             cfg.settings.encode = sparse_options();
@@ -197,13 +202,12 @@ fn a_third_of_colluding_attackers_do_not_stop_training() {
     let seed = seed_from_env(77);
     for lag in [0, 1] {
         for a in WELL_FORMED {
-            let Damage { loss: l, share: w } = damage(18, 6, a, seed, lag, Setup::Default);
-            eprintln!(
-                "seed {seed}: lag {lag}: 6/18 {a:?}: honest loss {l:.3}x unattacked, weight \
-                 share at most {w:.3}"
+            let what = format!("seed {seed}: lag {lag}: 6/18 {a:?}");
+            damage(18, 6, a, seed, lag, Setup::Default).assert_within(
+                BOUND_THIRD,
+                SHARE_THIRD,
+                &what,
             );
-            assert!(l <= BOUND_THIRD, "seed {seed}: lag {lag}: 6/18 {a:?}: {l:.3}x");
-            assert!(w <= SHARE_THIRD, "seed {seed}: lag {lag}: 6/18 {a:?}: share {w:.3}");
         }
     }
 }
