@@ -203,9 +203,10 @@ impl Peer {
         self.period.saturating_add(grace).saturating_add(QUIET_MARGIN_MS).max(QUIET_MIN_MS)
     }
 
-    /// Core outputs as effects, with what this peer decides about them: merges and
-    /// adoptions count as change; once finishing, the trainer gets no anchors and a
-    /// snapshot is answered at once with the anchor (nothing was trained since).
+    /// Core outputs as effects, with what this peer decides about them: merges, adoptions
+    /// and contested rounds (contributions arrived, none agreed) count as change; once
+    /// finishing, the trainer gets no anchors and a snapshot is answered at once with the
+    /// anchor (nothing was trained since).
     fn after_core(&mut self, outs: Vec<Output>, now: Millis) -> Vec<Effect> {
         let mut queue = outs;
         queue.reverse();
@@ -223,7 +224,9 @@ impl Peer {
                 _ => {}
             }
             match out {
-                Output::Merged(_) | Output::Adopted { .. } => self.last_change = now,
+                Output::Merged(_)
+                | Output::Adopted { .. }
+                | Output::Skipped { contested: true, .. } => self.last_change = now,
                 Output::Apply(_) if self.finishing => continue,
                 Output::Snapshot { fragment, round } if self.finishing => {
                     let params = self.proto.state(fragment).anchor.clone();

@@ -88,9 +88,10 @@ impl<N: super::Network> Loop<N> {
                     let residual = self.peer.protocol().residual(fragment);
                     self.disk.save_residual(fragment as u32, residual.to_vec());
                 }
-                Output::Skipped { fragment, round } => {
+                Output::Skipped { fragment, round, contested } => {
                     self.status.skipped += 1;
-                    tracing::debug!(fragment, round, "round skipped (no quorum)");
+                    let why = if contested { "nothing agreed" } else { "no quorum" };
+                    tracing::debug!(fragment, round, why, "round skipped");
                 }
                 Output::Adopted { fragment, round, previous_round, .. } => {
                     self.status.adopted += 1;

@@ -7,11 +7,15 @@ use std::collections::BinaryHeap;
 use super::*;
 use crate::delta::ContentHash;
 use crate::fragment::{FragmentPlan, TensorSpec};
-use crate::proto::{Message, PeerId, RawSettings, Settings};
+use crate::proto::{Message, PeerId, RawSettings, Settings, Timer};
 
 const PERIOD: Millis = 1_000;
 
 fn protocol(me: u64) -> Protocol {
+    protocol_with_lag(me, RawSettings::default().merge_lag)
+}
+
+fn protocol_with_lag(me: u64, merge_lag: u64) -> Protocol {
     let t = |n: &str, len: usize, emb: bool| TensorSpec {
         name: n.into(),
         shape: vec![len],
@@ -24,6 +28,7 @@ fn protocol(me: u64) -> Protocol {
         fragments: 2,
         step_ms: 100,
         grace_cap_ms: 100,
+        merge_lag,
         ..RawSettings::default()
     };
     let settings = Settings::new(raw).unwrap().with_tokens_per_step(16);
@@ -242,6 +247,54 @@ fn a_trained_peer_finishes_once_the_swarm_is_quiet() {
     assert!(p.finishing());
     assert!(finishes(&p.poll(t + 3 * quiet)).is_empty(), "finished twice");
     assert!(finishes(&p.handle(PeerEvent::Stop, t + 3 * quiet)).is_empty());
+}
+
+/// A contested round (contributions arrived, none agreed: here the peer's own delta and one
+/// pointing the other way) is the swarm at work, not a quiet swarm: a trained peer's quiet
+/// time starts again, as after a merge, so it does not leave with a stale anchor while
+/// others still contend.
+#[test]
+fn a_contested_round_restarts_the_quiet_time() {
+    let mut p = Peer::new(protocol_with_lag(1, 0), PERIOD, None);
+    p.start(0);
+    p.handle(PeerEvent::Trained, 0);
+    let quiet = p.quiet_ms();
+    let open = Event::Timer(Timer::Open { fragment: 0, round: 1 });
+    p.handle(PeerEvent::Core(open), PERIOD);
+    let numel = p.protocol().state(0).anchor.len();
+    let params = vec![0.4; numel];
+    let own = Event::Snapshot { fragment: 0, round: 1, params, tokens: 64, steps: 4 };
+    let effects = p.handle(PeerEvent::Core(own), PERIOD);
+    let close = effects.iter().find_map(|e| match e {
+        Effect::Core(Output::SetTimer { at, timer: t @ Timer::Close { .. } }) => Some((*at, *t)),
+        _ => None,
+    });
+    let (at, close) = close.expect("the own delta is the quorum: the round's close is set");
+    // Another author's delta of the round, pointing against this peer's.
+    let meta = crate::delta::DeltaMeta { author: 2, fragment: 0, round: 1, tokens: 64, steps: 4 };
+    let enc = crate::delta::encode(meta, &vec![-0.1; numel], None, &Default::default()).unwrap();
+    let c = crate::proto::ContributionAnnounce {
+        fragment: 0,
+        round: 1,
+        hash: enc.hash,
+        size: enc.bytes.len() as u64,
+        tokens: 64,
+        steps: 4,
+        origin: PeerId(2),
+        base: ContentHash::default(),
+        base_round: 0,
+    };
+    let from = PeerId(2);
+    p.handle(PeerEvent::Core(Event::Message { from, msg: Message::Contribution(c) }), PERIOD);
+    let fetched = Event::Fetched { from, hash: enc.hash, bytes: enc.bytes };
+    p.handle(PeerEvent::Core(fetched), PERIOD);
+    let effects = p.handle(PeerEvent::Core(Event::Timer(close)), at);
+    let skipped =
+        effects.iter().any(|e| matches!(e, Effect::Core(Output::Skipped { contested: true, .. })));
+    assert!(skipped, "{effects:?}");
+    assert_eq!(p.next_poll(), Some(at + quiet + 1), "the quiet time starts at the contest");
+    assert!(p.poll(quiet + 1).iter().all(|e| !matches!(e, Effect::Finish { .. })));
+    assert!(!p.finishing());
 }
 
 /// Stopped before its target, a peer finishes at once with no anchors to apply; from then

@@ -272,7 +272,7 @@ impl Protocol {
         o.closed = true;
         lane.closed_round = lane.closed_round.max(round);
         self.metrics.skipped_rounds += 1;
-        out.push(Output::Skipped { fragment: p, round });
+        out.push(Output::Skipped { fragment: p, round, contested: false });
         if lane.votes.max_round() >= round {
             self.reconcile(p, now, out);
         }

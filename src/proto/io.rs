@@ -130,8 +130,10 @@ pub enum Output {
     Banked { fragment: usize, round: u64 },
     /// A round was merged.
     Merged(MergeReport),
-    /// A round closed without its quorum; its contributions stay pending.
-    Skipped { fragment: usize, round: u64 },
+    /// A round closed without a merge; its contributions stay pending. `contested`: the
+    /// quorum was there but nothing agreed (every contribution weightless), so the swarm is
+    /// still at work on the round rather than quiet.
+    Skipped { fragment: usize, round: u64, contested: bool },
     /// The fragment's state was replaced by the majority's (reconciliation or catch-up).
     Adopted { fragment: usize, round: u64, hash: ContentHash, previous_round: u64 },
     /// A peer sent something invalid: log it and lower its score.

@@ -188,7 +188,8 @@ impl Lane {
         // been found merged by an adopted state since); the set itself decides.
         if inputs.len() < r.quorum {
             m.skipped_rounds += 1;
-            return (vec![Output::Skipped { fragment: self.spec.id, round }], Vec::new());
+            let skipped = Output::Skipped { fragment: self.spec.id, round, contested: false };
+            return (vec![skipped], Vec::new());
         }
         merge::canonical_order(&mut inputs);
         let merge::Step { anchor, momentum, dropped, agreement } = merge::robust_step(
@@ -210,7 +211,9 @@ impl Lane {
         // pending for a larger set and the trainers keep their progress.
         if inputs.is_empty() || agreement.iter().all(|&a| a == 0.0) {
             m.skipped_rounds += 1;
-            return (vec![Output::Skipped { fragment: self.spec.id, round }], dropped);
+            let contested = !inputs.is_empty();
+            let skipped = Output::Skipped { fragment: self.spec.id, round, contested };
+            return (vec![skipped], dropped);
         }
         let before = self.state.replace_values(anchor, momentum);
         self.prior_before = self.prior.replace((self.state_hash, before));

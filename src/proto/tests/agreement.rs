@@ -40,7 +40,8 @@ fn only_agreeing_work_earns_a_vote() {
 
 /// A round of two deltas pointing apart (the peer's own and a reversed one) is skipped,
 /// not merged: no median can tell which is poisoned, and merging it as a no-op would throw
-/// the trainers' progress away. Both stay pending for a larger set.
+/// the trainers' progress away. Both stay pending for a larger set, and the round is marked
+/// contested (work arrived), which a trained peer does not read as a quiet swarm.
 #[test]
 fn a_pair_pointing_apart_is_skipped() {
     let mut p = peer(1, 0);
@@ -49,7 +50,11 @@ fn a_pair_pointing_apart_is_skipped() {
     deliver(&mut p, 2, &c, bytes, t + 1);
     let before = p.state(0).clone();
     let out = p.handle(Event::Timer(Timer::Close { fragment: 0, round: 1 }), t + 2);
-    assert!(out.iter().any(|o| matches!(o, Output::Skipped { .. })), "{out:?}");
+    let contested = out.iter().find_map(|o| match o {
+        Output::Skipped { contested, .. } => Some(*contested),
+        _ => None,
+    });
+    assert_eq!(contested, Some(true), "{out:?}");
     assert!(!out.iter().any(|o| matches!(o, Output::Merged(_))));
     assert_eq!(p.state(0), &before);
     assert_eq!(p.metrics().merges, 0);
