@@ -57,9 +57,7 @@ pub(super) fn agreement(
     }
     // Per contribution, against the whole round's median and against the others' median:
     // the dot with the reference and the reference's squared norm; and its own.
-    let (mut dot, mut ref_sq) = (vec![0f64; n], 0f64);
-    let (mut dot_others, mut others_sq) = (vec![0f64; n], vec![0f64; n]);
-    let mut sq = vec![0f64; n];
+    let mut sums = Sums::new(n);
     let mut column = vec![0f64; n];
     let (mut keys, mut order) = (vec![0i64; n], Vec::new());
     let mut rank = vec![0usize; n];
@@ -95,7 +93,7 @@ pub(super) fn agreement(
                 &sorted
             };
             let r = if votes.is_empty() { 0.0 } else { median_of_sorted(votes) };
-            ref_sq += r * r;
+            sums.ref_sq += r * r;
             for i in 0..n {
                 let c = column[i];
                 let o = if abstain && c == 0.0 {
@@ -105,26 +103,70 @@ pub(super) fn agreement(
                 } else {
                     median_without(votes, if abstain { at[rank[i]] } else { rank[i] })
                 };
-                sq[i] += c * c;
-                dot[i] += c * r;
-                dot_others[i] += c * o;
-                others_sq[i] += o * o;
+                sums.add(i, c, r, o);
             }
         }
     }
-    let cos =
-        |d: f64, a: f64, b: f64| if a > 0.0 && b > 0.0 { d / (a.sqrt() * b.sqrt()) } else { 0.0 };
-    let with_others: Vec<f64> = (0..n).map(|i| cos(dot_others[i], sq[i], others_sq[i])).collect();
+    let with_others = sums.with_others();
     // A pair: each one's "others" is the other one.
     if n == 2 && with_others[0] < 0.0 {
         return vec![0.0; 2];
     }
-    let score: Vec<f64> = if abstain {
-        with_others.clone()
-    } else {
-        (0..n).map(|i| cos(dot[i], sq[i], ref_sq)).collect()
-    };
+    let score: Vec<f64> = if abstain { with_others.clone() } else { sums.with_reference() };
     factors(&score, &with_others)
+}
+
+/// Per contribution, over every coordinate: its dot with the round's reference (the
+/// median) and with the median of the others, their squared norms and its own.
+struct Sums {
+    dot: Vec<f64>,
+    ref_sq: f64,
+    dot_others: Vec<f64>,
+    others_sq: Vec<f64>,
+    sq: Vec<f64>,
+}
+
+impl Sums {
+    fn new(n: usize) -> Self {
+        let zeros = vec![0f64; n];
+        Self {
+            dot: zeros.clone(),
+            ref_sq: 0.0,
+            dot_others: zeros.clone(),
+            others_sq: zeros.clone(),
+            sq: zeros,
+        }
+    }
+
+    /// Contribution `i`'s value `c` at a coordinate where the reference is `r` and the
+    /// others' median `o`.
+    fn add(&mut self, i: usize, c: f64, r: f64, o: f64) {
+        self.sq[i] += c * c;
+        self.dot[i] += c * r;
+        self.dot_others[i] += c * o;
+        self.others_sq[i] += o * o;
+    }
+
+    /// Each contribution's cosine with the others' median.
+    fn with_others(&self) -> Vec<f64> {
+        (0..self.sq.len())
+            .map(|i| cosine(self.dot_others[i], self.sq[i], self.others_sq[i]))
+            .collect()
+    }
+
+    /// Each contribution's cosine with the round's reference.
+    fn with_reference(&self) -> Vec<f64> {
+        (0..self.sq.len()).map(|i| cosine(self.dot[i], self.sq[i], self.ref_sq)).collect()
+    }
+}
+
+/// The cosine from a dot product and two squared norms (0 where either is 0).
+fn cosine(dot: f64, a: f64, b: f64) -> f64 {
+    if a > 0.0 && b > 0.0 {
+        dot / (a.sqrt() * b.sqrt())
+    } else {
+        0.0
+    }
 }
 
 /// Each input's author as an index into the round's distinct authors (in id order), and
@@ -155,9 +197,7 @@ fn by_author(
     authors: usize,
 ) -> Vec<f64> {
     let n = inputs.len();
-    let (mut dot, mut ref_sq) = (vec![0f64; n], 0f64);
-    let (mut dot_others, mut others_sq) = (vec![0f64; n], vec![0f64; n]);
-    let mut sq = vec![0f64; n];
+    let mut sums = Sums::new(n);
     let mut column = vec![0f64; n];
     let (mut sum, mut count) = (vec![0f64; authors], vec![0u32; authors]);
     let mut votes: Vec<(f64, usize)> = Vec::with_capacity(authors);
@@ -181,7 +221,7 @@ fn by_author(
             votes.sort_unstable_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
             let sorted: Vec<f64> = votes.iter().map(|v| v.0).collect();
             let r = if sorted.is_empty() { 0.0 } else { median_of_sorted(&sorted) };
-            ref_sq += r * r;
+            sums.ref_sq += r * r;
             others.iter_mut().for_each(|o| *o = r);
             if sorted.len() >= 2 {
                 for (k, &(_, a)) in votes.iter().enumerate() {
@@ -192,21 +232,16 @@ fn by_author(
             }
             for i in 0..n {
                 let (c, o) = (column[i], others[owner[i]]);
-                sq[i] += c * c;
-                dot[i] += c * r;
-                dot_others[i] += c * o;
-                others_sq[i] += o * o;
+                sums.add(i, c, r, o);
             }
         }
     }
-    let cos =
-        |d: f64, a: f64, b: f64| if a > 0.0 && b > 0.0 { d / (a.sqrt() * b.sqrt()) } else { 0.0 };
-    let with_others: Vec<f64> = (0..n).map(|i| cos(dot_others[i], sq[i], others_sq[i])).collect();
+    let with_others = sums.with_others();
     // Two authors, as a pair above: each one's "others" is the other one.
     if authors == 2 && with_others.iter().any(|&o| o < 0.0) {
         return vec![0.0; n];
     }
-    let score: Vec<f64> = (0..n).map(|i| cos(dot[i], sq[i], ref_sq)).collect();
+    let score = sums.with_reference();
     factors(&score, &with_others)
 }
 
