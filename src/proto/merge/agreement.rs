@@ -182,13 +182,13 @@ fn owners(inputs: &[Input<'_>]) -> (Vec<usize>, usize) {
 /// [`agreement`] for a set of dense deltas where some author has several contributions
 /// (late deltas of earlier rounds beside its latest): one author, one vote. Each author's
 /// value at a coordinate is the mean of its contributions'; the medians are over authors,
-/// and a contribution's "others" are the other authors. (Sparse deltas keep counting
-/// contributions: grouping them left the simulator's sparse swarm under attack holding
-/// several states for a whole period, seed 79.) Counting
-/// contributions instead let one attacker with three late −10× copies in a set outvote the
-/// one honest delta beside them and take the whole merge, once the other honest peers had
-/// finished training (tests/hostile.rs, author-bound attacker: val_bpb 7.02 against 3.80
-/// in one CI run, 6.77 in one of four local runs).
+/// and a contribution's "others" are the other authors; two authors pointing apart are a
+/// pair. (Sparse deltas keep counting contributions: grouping them left the simulator's
+/// sparse swarm under attack holding several states for a whole period, seed 79.)
+/// Counting contributions instead let one attacker with three late −10× copies in a set
+/// outvote the one honest delta beside them and take the whole merge, once the other
+/// honest peers had finished training (tests/hostile.rs, author-bound attacker: val_bpb
+/// 7.02 against 3.80 in one CI run, 6.77 in one of four local runs).
 fn by_author(
     spec: &FragmentSpec,
     inputs: &[Input<'_>],
@@ -201,6 +201,7 @@ fn by_author(
     let mut column = vec![0f64; n];
     let (mut sum, mut count) = (vec![0f64; authors], vec![0u32; authors]);
     let mut votes: Vec<(f64, usize)> = Vec::with_capacity(authors);
+    let mut sorted: Vec<f64> = Vec::with_capacity(authors);
     let mut others = vec![0f64; authors];
     for ((_, range), clip) in spec.ranges().zip(clips) {
         let unit: Vec<f64> =
@@ -219,7 +220,8 @@ fn by_author(
                 votes.push((s / f64::from(k.max(1)), a));
             }
             votes.sort_unstable_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
-            let sorted: Vec<f64> = votes.iter().map(|v| v.0).collect();
+            sorted.clear();
+            sorted.extend(votes.iter().map(|v| v.0));
             let r = if sorted.is_empty() { 0.0 } else { median_of_sorted(&sorted) };
             sums.ref_sq += r * r;
             others.iter_mut().for_each(|o| *o = r);
