@@ -98,4 +98,4 @@ pub use settings::{MergeRule, RawSettings, Settings, SettingsError};
 pub use state::{FragmentState, StateError};
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -270,23 +270,12 @@ fn a_contested_round_restarts_the_quiet_time() {
         _ => None,
     });
     let (at, close) = close.expect("the own delta is the quorum: the round's close is set");
-    // Another author's delta of the round, pointing against this peer's.
-    let meta = crate::delta::DeltaMeta { author: 2, fragment: 0, round: 1, tokens: 64, steps: 4 };
-    let enc = crate::delta::encode(meta, &vec![-0.1; numel], None, &Default::default()).unwrap();
-    let c = crate::proto::ContributionAnnounce {
-        fragment: 0,
-        round: 1,
-        hash: enc.hash,
-        size: enc.bytes.len() as u64,
-        tokens: 64,
-        steps: 4,
-        origin: PeerId(2),
-        base: ContentHash::default(),
-        base_round: 0,
-    };
+    // Another author's delta of the round, pointing against this peer's (same plan).
+    let (c, bytes) = crate::proto::tests::delta_by(2, 1, -0.1);
+    let hash = c.hash;
     let from = PeerId(2);
     p.handle(PeerEvent::Core(Event::Message { from, msg: Message::Contribution(c) }), PERIOD);
-    let fetched = Event::Fetched { from, hash: enc.hash, bytes: enc.bytes };
+    let fetched = Event::Fetched { from, hash, bytes };
     p.handle(PeerEvent::Core(fetched), PERIOD);
     let effects = p.handle(PeerEvent::Core(Event::Timer(close)), at);
     let skipped =

@@ -118,10 +118,7 @@ struct Clip {
 /// authors, not contributions: an author's late deltas of earlier rounds beside its latest
 /// are still one voice ([`robust_step`]).
 fn authors(inputs: &[Input<'_>]) -> usize {
-    let mut ids: Vec<_> = inputs.iter().map(|i| i.author).collect();
-    ids.sort_unstable();
-    ids.dedup();
-    ids.len()
+    agreement::owners(inputs).1
 }
 
 /// Per-tensor clipping against the round's own median norm `m` (lower median): returns,

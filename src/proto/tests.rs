@@ -175,7 +175,7 @@ fn hostile_inputs_are_refused_without_panicking() {
 
 /// A well-formed delta of fragment 0 by `author` for `round`, with the announcement its
 /// author would sign.
-fn delta_by(author: u64, round: u64, value: f32) -> (ContributionAnnounce, Bytes) {
+pub(crate) fn delta_by(author: u64, round: u64, value: f32) -> (ContributionAnnounce, Bytes) {
     let spec = &plan().fragments[0];
     let meta = crate::delta::DeltaMeta { author, fragment: 0, round, tokens: 64, steps: 4 };
     let enc =

@@ -171,7 +171,7 @@ fn cosine(dot: f64, a: f64, b: f64) -> f64 {
 
 /// Each input's author as an index into the round's distinct authors (in id order), and
 /// how many there are.
-fn owners(inputs: &[Input<'_>]) -> (Vec<usize>, usize) {
+pub(super) fn owners(inputs: &[Input<'_>]) -> (Vec<usize>, usize) {
     let mut ids: Vec<_> = inputs.iter().map(|i| i.author).collect();
     ids.sort_unstable();
     ids.dedup();
