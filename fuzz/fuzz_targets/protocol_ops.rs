@@ -138,7 +138,7 @@ impl Harness {
                     round: r,
                     hash,
                     size,
-                    recipe: None,
+                    took: None, recipe: None,
                 });
                 self.feed(Event::Message { from: peer(from), msg });
             }
@@ -172,7 +172,7 @@ impl Harness {
                     round,
                     hash: self.hash(hash),
                     size,
-                    recipe: None,
+                    took: None, recipe: None,
                 });
                 self.feed(Event::Message { from: PeerId(from), msg });
             }

@@ -41,6 +41,7 @@ mod tests {
             round: 4,
             hash: ContentHash::of(b"x"),
             size: 9,
+            took: None,
             recipe: None,
         });
         let bytes = encode(&[7; 32], &msg);

@@ -1,7 +1,7 @@
 //! Reconciliation and catch-up (DESIGN.md §3.2): votes, "am I behind?", fetching and
 //! adopting the majority's state.
 
-use super::core::Protocol;
+use super::core::{misbehaved, Protocol};
 use super::evidence::Evidence;
 use super::fasthash::FastSet;
 use super::fetch::Kind;
@@ -14,13 +14,16 @@ use bytes::Bytes;
 use rand::Rng;
 
 impl Protocol {
-    /// Records a peer's state, and starts catching up at once if the swarm is ahead.
+    /// Records a peer's state (and, from a state announcement, how many contributions it
+    /// claims the state took), and starts catching up at once if the swarm is ahead.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn vote(
         &mut self,
         from: PeerId,
         p: usize,
         round: u64,
         hash: ContentHash,
+        took: Option<u32>,
         now: Millis,
         out: &mut Vec<Output>,
     ) {
@@ -29,7 +32,11 @@ impl Protocol {
         if round > self.schedule.current_round(p, now).saturating_add(1) {
             return;
         }
-        self.lanes[p].votes.record(from, round, hash);
+        let votes = &mut self.lanes[p].votes;
+        votes.record(from, round, hash);
+        if let Some(took) = took {
+            votes.claim(from, round, hash, took);
+        }
         if self.behind(p) {
             self.reconcile(p, now, out);
         }
@@ -96,6 +103,9 @@ impl Protocol {
         if let Some((state, bytes)) =
             lane.recompute(leader.hash, leader.round, &self.settings, &self.limits)
         {
+            if self.misclaimed(p, leader.round, leader.hash, state.took(), now, out) {
+                return;
+            }
             self.metrics.recomputed += 1;
             let lane = &mut self.lanes[p];
             let me = self.me;
@@ -144,6 +154,35 @@ impl Protocol {
         self.start_fetch(leader.hash, p, kind, sources, max_len, now, out);
     }
 
+    /// Checks what the holders of state `hash` of `round` claimed it took against `took`,
+    /// the count its log bears. Those that claimed another announced a state they do not
+    /// hold, or lied about it to win a tie: they lose their votes and are reported, and
+    /// reconciliation picks again without them (true: the state is not to be adopted now).
+    fn misclaimed(
+        &mut self,
+        p: usize,
+        round: u64,
+        hash: ContentHash,
+        took: u32,
+        now: Millis,
+        out: &mut Vec<Output>,
+    ) -> bool {
+        let liars = self.lanes[p].votes.misclaimed(round, hash, took);
+        if liars.is_empty() {
+            return false;
+        }
+        for &liar in &liars {
+            self.lanes[p].votes.discredit(liar);
+            self.metrics.refused(liar);
+            let detail =
+                format!("claimed another count for state {hash:?} of round {round} ({took})");
+            misbehaved(out, liar, Offence::ForgedState, detail);
+        }
+        self.metrics.forged_states += 1;
+        self.reconcile(p, now, out);
+        true
+    }
+
     pub(super) fn accept_state(
         &mut self,
         from: PeerId,
@@ -166,6 +205,10 @@ impl Protocol {
             let detail = format!("state of round {} voted as round {voted_round}", state.round);
             return self.reject(from, hash, Offence::BadState, detail, out);
         }
+        if self.misclaimed(p, voted_round, hash, state.took(), now, out) {
+            return;
+        }
+        let lane = &mut self.lanes[p];
         if hash == lane.state_hash {
             return;
         }

@@ -195,6 +195,7 @@ impl Protocol {
                     round: lane.state.round,
                     hash: lane.state_hash,
                     size: lane.state.wire_len() as u64,
+                    took: Some(lane.state.took()),
                     recipe: lane.recipe(),
                 });
                 out.push(Output::Publish { msg, payload: lane.state_bytes.clone() });
@@ -226,7 +227,8 @@ impl Protocol {
         if lane.open.as_ref().is_some_and(|o| o.round >= round) {
             return;
         }
-        lane.open_round(round, now, Window::of(&self.settings), &mut self.metrics);
+        let quorum = self.settings.raw().quorum;
+        lane.open_round(round, now, Window::of(&self.settings), quorum, &mut self.metrics);
         let opened = self.schedule.open_time(p, round).max(now);
         // A peer that is behind does not publish a delta against its stale anchor; its
         // tokens keep counting into the next snapshot, after it has caught up.
@@ -278,18 +280,37 @@ impl Protocol {
         }
     }
 
-    /// Starts the grace window once the quorum is held.
+    /// Starts the grace window once the quorum is held: the adaptive window if the set is
+    /// wide ([`OpenRound::wide_at`](super::lane::OpenRound)), else the whole cap, cut to
+    /// the adaptive window from the moment the set becomes wide.
     pub(super) fn check_quorum(&mut self, p: usize, now: Millis, out: &mut Vec<Output>) {
         let k = self.settings.raw().quorum;
         let Some(o) = self.lanes[p].open.as_mut() else { return };
-        if o.closed || o.quorum_at.is_some() || o.awaiting_snapshot || o.eligible < k {
+        if o.closed || o.awaiting_snapshot || o.eligible < k {
             return;
         }
-        o.quorum_at = Some(now);
-        self.grace.t_quorum.update(now.saturating_sub(o.opened_at) as f64);
-        o.grace_ms = self.grace.window();
+        let wide = o.eligible >= o.wide_at;
+        let close = match o.quorum_at {
+            None => {
+                o.quorum_at = Some(now);
+                self.grace.t_quorum.update(now.saturating_sub(o.opened_at) as f64);
+                o.narrow = !wide;
+                o.grace_ms = if wide { self.grace.window() } else { self.grace.whole() };
+                now.saturating_add(o.grace_ms)
+            }
+            Some(at) if o.narrow && wide => {
+                o.narrow = false;
+                let close = now.saturating_add(self.grace.window());
+                if close >= at.saturating_add(o.grace_ms) {
+                    return;
+                }
+                o.grace_ms = close - at;
+                close
+            }
+            Some(_) => return,
+        };
         out.push(Output::SetTimer {
-            at: now.saturating_add(o.grace_ms),
+            at: close,
             timer: Timer::Close { fragment: p, round: o.round },
         });
     }

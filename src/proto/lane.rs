@@ -20,6 +20,19 @@ pub(crate) struct OpenRound {
     pub opened_at: Millis,
     pub quorum_at: Option<Millis>,
     pub grace_ms: Millis,
+    /// How many eligible contributions make the set wide enough to close after the
+    /// adaptive grace window; a narrower one waits the whole cap for more. With merge lag 0
+    /// a set is whatever arrived first, and a colluding minority can always arrive first:
+    /// its copies would be most of an early small set, and with it the median and all the
+    /// weight. So the set waits for half the contributions a round brings — the peers this
+    /// one saw contribute lately and itself ([`Votes::credited`]), over the sampling
+    /// period — or the cap. A fragment's first merge always waits the
+    /// cap (`usize::MAX`): nobody has earned credit yet, and no momentum holds a small
+    /// set's direction in check. With lag 1 the set is the previous round's, complete: the
+    /// quorum is enough.
+    pub wide_at: usize,
+    /// The window in force is the whole cap, waiting for a wide set.
+    pub narrow: bool,
     /// Pending contributions eligible for this round (kept incrementally: O(1) per arrival).
     pub eligible: usize,
     pub closed: bool,
@@ -138,7 +151,14 @@ impl Lane {
     }
 
     /// Opens `round`: counts what is already pending for it.
-    pub fn open_round(&mut self, round: u64, now: Millis, w: Window, m: &mut Metrics) {
+    pub fn open_round(
+        &mut self,
+        round: u64,
+        now: Millis,
+        w: Window,
+        quorum: usize,
+        m: &mut Metrics,
+    ) {
         // Pruning here too (not only after merges) bounds memory when rounds keep being
         // skipped, e.g. with a quorum that never comes.
         self.prune(round, w, m);
@@ -147,11 +167,21 @@ impl Lane {
             .values()
             .filter(|h| h.merged_at.is_none() && w.eligible(h.round, round))
             .count();
+        let wide_at = match (w.lag, self.state.round) {
+            (0, 0) => usize::MAX,
+            (0, _) => {
+                let period = self.state.sampling.period.max(1) as usize;
+                quorum.max((self.votes.credited() + 1).div_ceil(period).div_ceil(2))
+            }
+            _ => quorum,
+        };
         self.open = Some(OpenRound {
             round,
             opened_at: now,
             quorum_at: None,
             grace_ms: 0,
+            wide_at,
+            narrow: false,
             eligible,
             closed: false,
             awaiting_snapshot: false,
@@ -241,7 +271,7 @@ impl Lane {
         }
         self.state_bytes = self.state.to_bytes().into();
         self.state_hash = ContentHash::of(&self.state_bytes);
-        self.votes.set_mine(round, self.state_hash);
+        self.votes.set_mine(round, self.state_hash, self.state.took());
         self.prune(round, w, m);
         m.merges += 1;
         m.merged_contributions += merged.len() as u64;
@@ -300,6 +330,7 @@ impl Lane {
             round: self.state.round,
             hash: self.state_hash,
             size: self.state.wire_len() as u64,
+            took: Some(self.state.took()),
             recipe: self.recipe(),
         });
         Output::Publish { msg: state, payload: self.state_bytes.clone() }
@@ -385,7 +416,7 @@ impl Lane {
         self.overtaken = None;
         self.state_hash = hash;
         self.state_bytes = bytes;
-        self.votes.set_mine(self.state.round, hash);
+        self.votes.set_mine(self.state.round, hash, self.state.took());
         self.closed_round = self.closed_round.max(new_round);
         if let Some(o) = self.open.as_mut() {
             // The adopted state already contains this round's merge: do not merge it again.

@@ -46,6 +46,13 @@ pub struct StateAnnounce {
     pub round: u64,
     pub hash: ContentHash,
     pub size: u64,
+    /// How many contributions the merge that made the state took: between states held by
+    /// as many voters, the one merged from more contributions wins reconciliation. A claim
+    /// checked against the state's own log when the state is fetched or recomputed; a
+    /// holder caught claiming another count loses its vote.
+    /// (Optional so that announcements of peers that predate the count still parse.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub took: Option<u32>,
     /// How the state was made, when its merge took at most [`MAX_RECIPE_IDS`]
     /// contributions: a peer that holds the parent and the contributions recomputes it
     /// (the merge is deterministic) instead of fetching it. A claim like any other: the
@@ -148,6 +155,7 @@ mod tests {
             round: 9,
             hash: ContentHash::of(b"s"),
             size: 10,
+            took: None,
             recipe: None,
         });
         let bytes = encode_message(&m);
@@ -165,6 +173,7 @@ mod tests {
             round: u64::MAX,
             hash: ContentHash::of(b"s"),
             size: u64::MAX,
+            took: Some(u32::MAX),
             recipe: Some(Recipe {
                 parent: ContentHash::of(b"p"),
                 merged: (0..MAX_RECIPE_IDS as u64).map(|i| u64::MAX - i).rev().collect(),

@@ -1,9 +1,18 @@
 //! Who holds which state: the votes behind reconciliation (DESIGN.md §3.2).
 //!
 //! After each merge every peer announces its state hash. When peers disagree, the state
-//! held by the most recently heard peers wins; ties go to the smallest hash, so every peer
-//! that heard the same announcements picks the same winner without talking further. Only
-//! each peer's latest announcement counts, so a peer that moved on is not counted twice.
+//! held by the most recently heard peers wins; between states with as many holders, the
+//! one merged from more contributions, then the smallest hash, so every peer that heard
+//! the same announcements picks the same winner without talking further. Only each peer's
+//! latest announcement counts, so a peer that moved on is not counted twice.
+//!
+//! The count decides where every peer holds a state of its own (a fragment's first rounds
+//! at merge lag 0, when each closed on whatever had arrived): the widest merge is the one
+//! a minority's deltas weigh least in, where the smallest hash could have been a set of
+//! three that two colluders dominated. Holders claim the count in their announcements;
+//! the state's log bears it ([`super::FragmentState::took`]), so a claim is checked when
+//! the state arrives and a holder that claimed more than its state took loses its vote
+//! ([`Votes::misclaimed`]).
 //!
 //! A vote is only as good as its voter: gossip keys cost nothing, so a flood of fresh
 //! identities could otherwise outvote the swarm or make a peer believe it is behind. Only
@@ -30,6 +39,9 @@ use std::collections::BTreeMap;
 pub struct Votes {
     me: PeerId,
     latest: FastMap<PeerId, (u64, ContentHash)>,
+    /// How many contributions each voter claims its latest state's merge took (only for
+    /// votes that came as state announcements).
+    claims: FastMap<PeerId, u32>,
     /// Voters with verified work: the round of their latest accepted contribution.
     credits: FastMap<PeerId, u64>,
     /// Most peers remembered (in each map); fake identities cannot grow memory past it.
@@ -65,6 +77,7 @@ impl Votes {
         Self {
             me,
             latest: FastMap::default(),
+            claims: FastMap::default(),
             credits: FastMap::default(),
             capacity,
             max_round: 0,
@@ -94,6 +107,11 @@ impl Votes {
     /// Whether a credit earned for `round` still counts.
     fn current(&self, round: u64) -> bool {
         round.saturating_add(self.lapse) >= self.newest_credit
+    }
+
+    /// Peers other than this one whose credit is current: those it saw contribute lately.
+    pub fn credited(&self) -> usize {
+        self.credits.iter().filter(|(p, r)| **p != self.me && self.current(**r)).count()
     }
 
     /// Rounds a credit lasts behind the newest: [`CREDIT_LAPSE`] plus four periods (a
@@ -129,8 +147,9 @@ impl Votes {
     /// Our own vote: the state we hold now, whatever its round (a follower may go back to
     /// an older state). Announcements of ours heard from the network go through
     /// [`Votes::record`], where an older one (a replay) changes nothing.
-    pub fn set_mine(&mut self, round: u64, hash: ContentHash) {
+    pub fn set_mine(&mut self, round: u64, hash: ContentHash, took: u32) {
         self.latest.insert(self.me, (round, hash));
+        self.claims.insert(self.me, took);
         if self.counts(&self.me) {
             self.max_round = self.max_round.max(round);
         }
@@ -144,6 +163,9 @@ impl Votes {
                 if e.get().0 > round {
                     return;
                 }
+                if *e.get() != (round, hash) {
+                    self.claims.remove(&peer);
+                }
                 e.insert((round, hash));
             }
             std::collections::hash_map::Entry::Vacant(e) => {
@@ -156,6 +178,23 @@ impl Votes {
         if self.counts(&peer) {
             self.max_round = self.max_round.max(round);
         }
+    }
+
+    /// Notes that `peer` claims its state `hash` of `round` took `took` contributions (if
+    /// that is still its latest vote).
+    pub fn claim(&mut self, peer: PeerId, round: u64, hash: ContentHash, took: u32) {
+        if self.latest.get(&peer) == Some(&(round, hash)) {
+            self.claims.insert(peer, took);
+        }
+    }
+
+    /// The counted holders of `hash` for `round` other than this peer (its claim is its
+    /// state's) that claimed another count than `took`, the one the state's log bears: they
+    /// announced a state they do not hold, or lied about it to win a tie.
+    pub fn misclaimed(&self, round: u64, hash: ContentHash, took: u32) -> Vec<PeerId> {
+        let mut h = self.holders(round, hash);
+        h.retain(|p| *p != self.me && self.claims.get(p).is_some_and(|&c| c != took));
+        h
     }
 
     /// `peer` vouched for a forged state: its votes stop counting, for good.
@@ -204,6 +243,7 @@ impl Votes {
         let oldest = newest.saturating_sub(keep);
         self.lapse = CREDIT_LAPSE.saturating_add(4 * u64::from(period));
         self.latest.retain(|_, (r, _)| *r >= oldest);
+        self.claims.retain(|p, _| self.latest.contains_key(p));
         self.max_round = self.counted().map(|(_, (r, _))| *r).max().unwrap_or(0);
     }
 
@@ -217,19 +257,25 @@ impl Votes {
         self.counted().map(|(_, (r, _))| *r).filter(|&r| r <= max_round).max()
     }
 
-    /// The state most peers hold for `round` (ties: smallest hash).
+    /// The state most peers hold for `round` (ties: the one whose holders claim it took
+    /// more contributions — the least any of them claims — then the smallest hash).
     pub fn leader(&self, round: u64) -> Option<Leader> {
-        let mut tally: BTreeMap<ContentHash, Vec<PeerId>> = BTreeMap::new();
+        let mut tally: BTreeMap<ContentHash, (Vec<PeerId>, Option<u32>)> = BTreeMap::new();
         let mut voters = 0;
         for (peer, (r, h)) in self.counted() {
             if *r == round {
-                tally.entry(*h).or_default().push(*peer);
+                let (holders, took) = tally.entry(*h).or_default();
+                holders.push(*peer);
+                if let Some(&c) = self.claims.get(peer) {
+                    *took = Some(took.map_or(c, |t| t.min(c)));
+                }
                 voters += 1;
             }
         }
         // BTreeMap iterates hashes in ascending order; `max_by_key` keeps the last maximum,
         // so iterate in reverse to make the smallest hash win ties.
-        let (hash, mut holders) = tally.into_iter().rev().max_by_key(|(_, p)| p.len())?;
+        let (hash, (mut holders, _)) =
+            tally.into_iter().rev().max_by_key(|(_, (p, took))| (p.len(), took.unwrap_or(0)))?;
         holders.sort_unstable();
         Some(Leader { round, hash, holders, voters })
     }
@@ -274,6 +320,41 @@ mod tests {
         assert_eq!(v.latest_round(5), Some(5));
         v.prune(6, 0, 1);
         assert!(v.leader(5).is_none());
+    }
+
+    /// Between states with as many holders, the one whose holders claim the wider merge
+    /// wins (the least claim of its holders counts, so a liar cannot raise an honest
+    /// state's), then the smallest hash; a holder whose claim the state's log does not
+    /// bear out is named, and a vote that came without a claim is never named.
+    #[test]
+    fn a_tie_goes_to_the_wider_merge_and_a_false_claim_is_named() {
+        let (a, b, c) = (ContentHash([1; 32]), ContentHash([2; 32]), ContentHash([3; 32]));
+        let mut v = Votes::new(PeerId(0), 10);
+        (1..=5).for_each(|p| v.credit(PeerId(p), 5));
+        v.set_mine(5, a, 3);
+        v.record(PeerId(1), 5, b);
+        v.claim(PeerId(1), 5, b, 9);
+        v.record(PeerId(2), 5, c);
+        assert_eq!(v.leader(5).unwrap().hash, b, "9 contributions beat 3 and none");
+        v.record(PeerId(3), 5, c);
+        assert_eq!(v.leader(5).unwrap().hash, c, "two holders beat a wider merge");
+        v.record(PeerId(4), 5, a);
+        v.claim(PeerId(4), 5, a, 12);
+        v.claim(PeerId(2), 5, c, 5);
+        assert_eq!(v.leader(5).unwrap().hash, c, "a holder's larger claim raised mine");
+        v.claim(PeerId(2), 5, c, 2);
+        assert_eq!(v.leader(5).unwrap().hash, a, "3 beats 2 at two holders each");
+        assert_eq!(v.misclaimed(5, a, 3), vec![PeerId(4)], "this peer's own claim is not checked");
+        assert_eq!(v.misclaimed(5, a, 12), vec![]);
+        assert_eq!(v.misclaimed(5, c, 2), vec![], "peer 3's vote claimed nothing");
+        // A new vote drops the claim made for the old one; a claim for another vote than
+        // the latest is not kept.
+        v.record(PeerId(1), 6, b);
+        v.claim(PeerId(1), 6, b, 4);
+        assert_eq!(v.misclaimed(6, b, 0), vec![PeerId(1)]);
+        v.record(PeerId(1), 6, c);
+        v.claim(PeerId(1), 6, b, 4);
+        assert_eq!(v.misclaimed(6, c, 0), vec![]);
     }
 
     #[test]
@@ -380,7 +461,7 @@ mod tests {
         // swarm's older state replaces our newer vote.
         v.record(me, 8, b);
         assert_eq!(v.latest[&me], (9, a));
-        v.set_mine(8, b);
+        v.set_mine(8, b, 0);
         v.credit(me, 4 + v.lapse());
         assert_eq!(v.leader(8).unwrap().holders, vec![me, PeerId(1)]);
     }

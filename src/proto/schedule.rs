@@ -108,6 +108,16 @@ impl Grace {
         }
     }
 
+    /// The window of a round whose set is not yet wide (`OpenRound::wide_at`): the whole
+    /// cap, unless grace is off (γ 0).
+    pub fn whole(&self) -> Millis {
+        if self.gamma > 0.0 {
+            self.cap as Millis
+        } else {
+            0
+        }
+    }
+
     /// The current window in ms.
     pub fn window(&self) -> Millis {
         let slack = self.tau * self.t_step.get() - self.t_quorum.get() - self.t_sync.get();

@@ -112,6 +112,15 @@ impl FragmentState {
         }
     }
 
+    /// How many contributions the merge that made this state took (0 for the initial
+    /// state): bound into the state by its hash, so what its holders claim for it in their
+    /// announcements ([`super::StateAnnounce::took`]) is checked when it is fetched.
+    pub fn took(&self) -> u32 {
+        let last = self.log.back().filter(|(r, _)| *r == self.round && self.round > 0);
+        let n = last.map_or(0, |(_, ids)| ids.len());
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
     /// Whether the contribution with this hash is in the log.
     pub fn has_merged(&self, hash: &ContentHash) -> bool {
         self.index.contains(hash)

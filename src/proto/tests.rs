@@ -132,6 +132,7 @@ fn hostile_inputs_are_refused_without_panicking() {
         round: 1,
         hash: ContentHash::default(),
         size: 1,
+        took: None,
         recipe: None,
     });
     let out = p.handle(Event::Message { from: PeerId(7), msg: bad }, 10);
@@ -221,7 +222,7 @@ fn a_state_nobody_can_serve_is_not_chased_round_after_round() {
     credit(&mut p, 9, 5, 5_500);
     let x = ContentHash::of(b"a state only a stalled peer holds");
     let vote = |round| {
-        let s = StateAnnounce { fragment: 0, round, hash: x, size: 100, recipe: None };
+        let s = StateAnnounce { fragment: 0, round, hash: x, size: 100, took: None, recipe: None };
         Event::Message { from: PeerId(9), msg: Message::State(s) }
     };
     let fetches = |out: &[Output]| out.iter().filter(|o| matches!(o, Output::Fetch { .. })).count();
@@ -249,7 +250,7 @@ fn crediting_a_voter_catches_up_at_once() {
     let x = ContentHash::of(b"the swarm's state");
     let fetches_x =
         |out: &[Output]| out.iter().any(|o| matches!(o, Output::Fetch { hash, .. } if *hash == x));
-    let s = StateAnnounce { fragment: 0, round: 5, hash: x, size: 100, recipe: None };
+    let s = StateAnnounce { fragment: 0, round: 5, hash: x, size: 100, took: None, recipe: None };
     let out = p.handle(Event::Message { from: PeerId(9), msg: Message::State(s) }, 5_500);
     assert!(!fetches_x(&out), "a vote of a peer with no verified work made us fetch");
     let (c, bytes) = delta_by(9, 5, 0.01);
@@ -427,6 +428,7 @@ fn an_author_gets_its_delta_in_however_many_copiers_announced_first() {
 mod agreement;
 mod attacks;
 mod budgets;
+mod quorum;
 mod recipes;
 mod sampling;
 mod states;

@@ -312,6 +312,8 @@ impl Sim {
             round: voted,
             hash,
             size: bytes.len() as u64,
+            // The count its payload's log bears out (a larger claim is caught on fetch).
+            took: Some(state.took()),
             recipe: None,
         };
         self.byz.keep(i, hash, bytes);

@@ -203,14 +203,28 @@ fn votes_need_verified_work_and_states_their_voted_round() {
     let fake = ContentHash::of(b"forged state");
     let mut out = Vec::new();
     for sybil in 1000..1100u64 {
-        let s = StateAnnounce { fragment: 0, round: 2, hash: fake, size: 100, recipe: None };
+        let s = StateAnnounce {
+            fragment: 0,
+            round: 2,
+            hash: fake,
+            size: 100,
+            took: None,
+            recipe: None,
+        };
         let msg = Message::State(s);
         out.extend(p.handle(Event::Message { from: PeerId(sybil), msg }, t + 1));
     }
     assert_eq!(fetches(&out), 0, "a hundred fresh keys moved the peer");
     // Far-future rounds from credited peers do not count either (u64::MAX wedged peers).
     super::credit(&mut p, 2, 1, t + 2);
-    let s = StateAnnounce { fragment: 0, round: u64::MAX, hash: fake, size: 100, recipe: None };
+    let s = StateAnnounce {
+        fragment: 0,
+        round: u64::MAX,
+        hash: fake,
+        size: 100,
+        took: None,
+        recipe: None,
+    };
     let out = p.handle(Event::Message { from: PeerId(2), msg: Message::State(s) }, t + 3);
     assert_eq!(fetches(&out), 0);
     // A credited peer that votes round 3 (ahead of us) and serves a state of another round
@@ -219,7 +233,14 @@ fn votes_need_verified_work_and_states_their_voted_round() {
     forged.round = 7;
     let bytes: Bytes = forged.to_bytes().into();
     let hash = ContentHash::of(&bytes);
-    let s = StateAnnounce { fragment: 0, round: 3, hash, size: bytes.len() as u64, recipe: None };
+    let s = StateAnnounce {
+        fragment: 0,
+        round: 3,
+        hash,
+        size: bytes.len() as u64,
+        took: None,
+        recipe: None,
+    };
     let now = 3_100;
     let out = p.handle(Event::Message { from: PeerId(2), msg: Message::State(s) }, now);
     assert_eq!(fetches(&out), 1);
@@ -245,6 +266,7 @@ fn extreme_numbers_panic_nothing() {
         round: u64::MAX,
         hash: ContentHash::default(),
         size: 1,
+        took: None,
         recipe: None,
     };
     p.handle(Event::Message { from: PeerId(66), msg: Message::State(s) }, t + 2);
@@ -328,7 +350,7 @@ mod generated {
                             fragment,
                             round,
                             hash: ContentHash::of(&round.to_le_bytes()),
-                            size: tokens, recipe: None,
+                            size: tokens, took: None, recipe: None,
                         };
                         p.handle(Event::Message { from: sender, msg: Message::State(s) }, now)
                     }

@@ -31,6 +31,7 @@ pub(super) fn vote_and_serve(
         round: state.round,
         hash,
         size: bytes.len() as u64,
+        took: None,
         recipe: None,
     };
     let mut out = Vec::new();
@@ -163,7 +164,9 @@ pub(super) fn announce_with_recipe(
 ) -> Vec<Output> {
     let hash = state.hash();
     let size = state.wire_len() as u64;
-    let s = StateAnnounce { fragment: 0, round: state.round, hash, size, recipe: Some(recipe) };
+    let took = Some(state.took());
+    let s =
+        StateAnnounce { fragment: 0, round: state.round, hash, size, took, recipe: Some(recipe) };
     let mut out = Vec::new();
     for &v in voters {
         let msg = Message::State(s.clone());
@@ -236,8 +239,14 @@ fn a_state_nobody_can_recompute_needs_half_the_voters() {
     let announce = |p: &mut Protocol, voter: u64, state: &FragmentState| {
         let bytes = state.to_bytes();
         let hash = ContentHash::of(&bytes);
-        let s =
-            StateAnnounce { fragment: 0, round: 1, hash, size: bytes.len() as u64, recipe: None };
+        let s = StateAnnounce {
+            fragment: 0,
+            round: 1,
+            hash,
+            size: bytes.len() as u64,
+            took: None,
+            recipe: None,
+        };
         p.handle(Event::Message { from: PeerId(voter), msg: Message::State(s) }, now);
     };
     for (v, seed) in [(4, 0.5), (5, 0.75), (6, 1.0)] {
@@ -309,4 +318,45 @@ fn a_state_fetched_too_late_to_adopt_is_the_parent_the_next_one_is_recomputed_fr
     assert_eq!(fetched(&out), None, "the state was fetched though its parent arrived");
     assert_eq!(p.state(0), &theirs2);
     assert_eq!((p.metrics().recomputed, p.metrics().adoptions), (1, 1));
+}
+
+/// Voter `from` announces `state` claiming its merge took `took` contributions, and
+/// reconciliation runs; the peer gets the state if it chases it.
+fn announce_took(
+    p: &mut Protocol,
+    from: u64,
+    state: &FragmentState,
+    took: u32,
+    now: Millis,
+) -> Vec<Output> {
+    let bytes: Bytes = state.to_bytes().into();
+    let (hash, size) = (ContentHash::of(&bytes), bytes.len() as u64);
+    let s = StateAnnounce { fragment: 0, round: 1, hash, size, took: Some(took), recipe: None };
+    let from = PeerId(from);
+    let mut out = p.handle(Event::Message { from, msg: Message::State(s) }, now);
+    out.extend(p.handle(Event::Timer(Timer::Reconcile { fragment: 0, round: 1 }), now));
+    if fetched(&out) == Some(hash) {
+        out.extend(p.handle(Event::Fetched { from, hash, bytes }, now + 1));
+    }
+    out
+}
+
+/// Where two states have one holder each, the one merged from more contributions wins, by
+/// what its holders claim; a claim the state's log does not bear out costs the claimant
+/// its vote and a report, and the state is not adopted on it. The true count wins the tie.
+#[test]
+fn a_false_count_does_not_win_a_tie() {
+    let mut p = merged_round_one(1, &[(2, 0.1), (3, 0.2)]);
+    let mine = p.state(0).clone();
+    let theirs = merged_round_one(7, &[(2, 0.1), (3, 0.2), (5, 0.3)]).state(0).clone();
+    assert_eq!((mine.took(), theirs.took()), (2, 3));
+    let lie = announce_took(&mut p, 2, &theirs, 9, 1200);
+    assert_eq!(fetched(&lie), Some(theirs.hash()), "a wider claim did not win the tie");
+    assert_eq!(offences(&lie), vec![Offence::ForgedState]);
+    assert_eq!(p.state(0), &mine, "adopted on a false count");
+    let out = announce_took(&mut p, 2, &theirs, 3, 1300);
+    assert_eq!(fetched(&out), None, "a discredited voter's claim still counted");
+    let out = announce_took(&mut p, 3, &theirs, 3, 1400);
+    assert!(offences(&out).is_empty(), "{out:?}");
+    assert_eq!(p.state(0), &theirs, "the wider merge did not win the tie");
 }
