@@ -1,0 +1,189 @@
+//! The votes: majorities, ties, claims, credit and its lapse.
+
+use super::*;
+
+#[test]
+fn majority_then_smallest_hash_wins() {
+    let (a, b) = (ContentHash([1; 32]), ContentHash([2; 32]));
+    let mut v = Votes::new(PeerId(0), 10);
+    (1..=3).for_each(|p| v.credit(PeerId(p), 5));
+    v.record(PeerId(1), 5, b);
+    v.record(PeerId(2), 5, a);
+    assert_eq!(v.leader(5).unwrap().hash, a);
+    v.record(PeerId(3), 5, b);
+    let l = v.leader(5).unwrap();
+    assert_eq!((l.hash, l.holders.clone(), l.voters), (b, vec![PeerId(1), PeerId(3)], 3));
+    // A newer announcement replaces an older one; an older one is ignored.
+    v.record(PeerId(3), 6, a);
+    v.record(PeerId(3), 4, b);
+    assert_eq!(v.leader(5).unwrap().hash, a);
+    assert_eq!(v.latest_round(100), Some(6));
+    assert_eq!(v.latest_round(5), Some(5));
+    v.prune(6, 0, 1);
+    assert!(v.leader(5).is_none());
+}
+
+/// Between states with as many holders, the one whose holders claim the wider merge
+/// wins (the least claim of its holders counts, so a liar cannot raise an honest
+/// state's), then the smallest hash; a holder whose claim the state's log does not
+/// bear out is named, and a vote that came without a claim is never named.
+#[test]
+fn a_tie_goes_to_the_wider_merge_and_a_false_claim_is_named() {
+    let (a, b, c) = (ContentHash([1; 32]), ContentHash([2; 32]), ContentHash([3; 32]));
+    let mut v = Votes::new(PeerId(0), 10);
+    (1..=5).for_each(|p| v.credit(PeerId(p), 5));
+    v.set_mine(5, a, 3);
+    v.record(PeerId(1), 5, b);
+    v.claim(PeerId(1), 5, b, 9);
+    v.record(PeerId(2), 5, c);
+    assert_eq!(v.leader(5).unwrap().hash, b, "9 contributions beat 3 and none");
+    v.record(PeerId(3), 5, c);
+    assert_eq!(v.leader(5).unwrap().hash, c, "two holders beat a wider merge");
+    v.record(PeerId(4), 5, a);
+    v.claim(PeerId(4), 5, a, 12);
+    v.claim(PeerId(2), 5, c, 5);
+    assert_eq!(v.leader(5).unwrap().hash, c, "a holder's larger claim raised mine");
+    v.claim(PeerId(2), 5, c, 2);
+    assert_eq!(v.leader(5).unwrap().hash, a, "3 beats 2 at two holders each");
+    assert_eq!(v.misclaimed(5, a, 3), vec![PeerId(4)], "this peer's own claim is not checked");
+    assert_eq!(v.misclaimed(5, a, 12), vec![]);
+    assert_eq!(v.misclaimed(5, c, 2), vec![], "peer 3's vote claimed nothing");
+    // A new vote drops the claim made for the old one; a claim for another vote than
+    // the latest is not kept.
+    v.record(PeerId(1), 6, b);
+    v.claim(PeerId(1), 6, b, 4);
+    assert_eq!(v.misclaimed(6, b, 0), vec![PeerId(1)]);
+    v.record(PeerId(1), 6, c);
+    v.claim(PeerId(1), 6, b, 4);
+    assert_eq!(v.misclaimed(6, c, 0), vec![]);
+}
+
+#[test]
+fn capacity_bounds_memory() {
+    let mut v = Votes::new(PeerId(0), 2);
+    for i in 0..10 {
+        v.credit(PeerId(i), 1);
+        v.record(PeerId(i), 1, ContentHash([0; 32]));
+    }
+    assert_eq!(v.leader(1).unwrap().voters, 2);
+}
+
+/// Credit is earned again or it lapses: a voter credited once and never again stops
+/// counting once others have earned credit `lapse` rounds newer; earning again
+/// restores it. Where nobody earns (a stopped swarm), nobody lapses.
+#[test]
+fn a_credit_not_earned_again_lapses() {
+    let a = ContentHash([1; 32]);
+    let mut v = Votes::new(PeerId(0), 100);
+    v.prune(0, 0, 1);
+    let lapse = v.lapse();
+    assert_eq!(lapse, CREDIT_LAPSE + 4);
+    v.credit(PeerId(1), 3);
+    v.credit(PeerId(2), 3);
+    // Rounds go by with votes and no new credit: both still count.
+    v.record(PeerId(1), 3 + 10 * lapse, a);
+    v.record(PeerId(2), 3 + 10 * lapse, a);
+    assert_eq!(v.leader(3 + 10 * lapse).unwrap().voters, 2, "a stopped swarm lapsed");
+    // Peer 2 keeps contributing; peer 1 does not.
+    v.credit(PeerId(2), 3 + lapse);
+    assert!(v.counts(&PeerId(1)), "lapse rounds behind the newest: still current");
+    v.credit(PeerId(2), 4 + lapse);
+    assert!(!v.counts(&PeerId(1)) && v.counts(&PeerId(2)));
+    assert_eq!(v.leader(3 + 10 * lapse).unwrap().holders, vec![PeerId(2)]);
+    // Work again, a vote again.
+    v.credit(PeerId(1), 5 + lapse);
+    assert!(v.counts(&PeerId(1)));
+    // A longer period lengthens the lapse: a sampled peer contributes once a period.
+    v.prune(0, 0, 16);
+    assert_eq!(v.lapse(), CREDIT_LAPSE + 64);
+}
+
+/// A full map of lapsed credits (Sybils that earned once and went idle) makes room
+/// for a peer that works now; a full map of current credits does not.
+#[test]
+fn lapsed_credits_make_room_for_new_work() {
+    let mut v = Votes::new(PeerId(0), 4);
+    for i in 10..14 {
+        v.credit(PeerId(i), 1);
+    }
+    v.credit(PeerId(20), 2);
+    assert!(!v.counts(&PeerId(20)), "full of current credits: the newcomer waits");
+    let late = 2 + v.lapse();
+    v.credit(PeerId(21), late);
+    assert!(v.counts(&PeerId(21)), "a lapsed credit made room");
+    assert_eq!(v.credits.len(), 4);
+    // The one evicted is the stalest, smallest id first: every peer evicts alike.
+    assert!(!v.credits.contains_key(&PeerId(10)));
+}
+
+/// Votes are forgotten by their distance from the newest counted one: while nobody
+/// merges (the end of a run) the clock moving on forgets nothing.
+#[test]
+fn an_idle_swarm_keeps_its_last_votes() {
+    let (a, b) = (ContentHash([1; 32]), ContentHash([2; 32]));
+    let mut v = Votes::new(PeerId(0), 100);
+    v.credit(PeerId(1), 10);
+    v.record(PeerId(0), 10, a);
+    v.record(PeerId(1), 10, b);
+    v.prune(40, 3, 1);
+    assert_eq!(v.leader(10).unwrap().voters, 2, "the clock alone forgot the last votes");
+    v.record(PeerId(1), 40, b);
+    v.prune(40, 3, 1);
+    assert_eq!(v.leader(10), None);
+    assert_eq!(v.latest_round(40), Some(40));
+    // Without a counted vote, the clock decides: uncounted votes do not pile up.
+    let mut w = Votes::new(PeerId(0), 100);
+    w.record(PeerId(5), 10, a);
+    w.prune(40, 3, 1);
+    w.credit(PeerId(5), 10);
+    assert_eq!(w.leader(10), None);
+}
+
+/// Our own vote counts until we earned credit and let it lapse, as the others see us;
+/// then we follow their state, and our vote is what we hold now, even an older round.
+#[test]
+fn our_own_vote_lapses_with_our_credit() {
+    let (a, b) = (ContentHash([1; 32]), ContentHash([2; 32]));
+    let me = PeerId(0);
+    let mut v = Votes::new(me, 100);
+    v.prune(0, 0, 1);
+    v.record(me, 9, a);
+    assert!(v.counts(&me), "a peer that never contributed keeps its vote");
+    v.credit(me, 3);
+    v.credit(PeerId(1), 3);
+    v.record(PeerId(1), 8, b);
+    assert_eq!(v.leader(9).unwrap().hash, a);
+    // Peer 1 goes on earning credit; we stopped contributing at round 3.
+    v.credit(PeerId(1), 4 + v.lapse());
+    assert!(!v.counts(&me) && v.counts(&PeerId(1)));
+    assert_eq!(v.leader(9), None, "a lapsed peer's own state leads nobody");
+    assert_eq!(v.latest_round(100), Some(8));
+    // A replay of an older announcement of ours changes nothing; going back to the
+    // swarm's older state replaces our newer vote.
+    v.record(me, 8, b);
+    assert_eq!(v.latest[&me], (9, a));
+    v.set_mine(8, b, 0);
+    v.credit(me, 4 + v.lapse());
+    assert_eq!(v.leader(8).unwrap().holders, vec![me, PeerId(1)]);
+}
+
+#[test]
+fn only_credited_voters_count() {
+    let (a, b) = (ContentHash([1; 32]), ContentHash([2; 32]));
+    let mut v = Votes::new(PeerId(0), 100);
+    v.record(PeerId(0), 5, a);
+    // Fifty fresh identities vote for a later round and another state: nothing moves.
+    for i in 100..150 {
+        v.record(PeerId(i), 9, b);
+    }
+    assert_eq!(v.max_round(), 5);
+    assert_eq!(v.leader(9), None);
+    assert_eq!(v.leader(5).unwrap().hash, a);
+    // Verified work credits a voter, and its standing vote counts at once.
+    v.credit(PeerId(100), 8);
+    assert_eq!(v.max_round(), 9);
+    assert_eq!(v.leader(9).unwrap().holders, vec![PeerId(100)]);
+    // Pruning forgets old votes, not credits.
+    v.prune(0, 0, 1);
+    assert_eq!(v.max_round(), 9);
+}
