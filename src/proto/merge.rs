@@ -7,6 +7,7 @@
 //! previous state and the same set give the same bits on every machine (§3.1.3).
 
 mod agreement;
+mod middle;
 
 use super::{MergeRule, PeerId};
 use crate::delta::ContentHash;

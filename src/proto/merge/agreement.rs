@@ -1,12 +1,15 @@
 //! How far each contribution of a round goes the round's way: the factor that scales its
 //! weight in the merge (`Bounds::agree`), from directions only, bit-identical on every peer.
 
-use super::{lower_median, norm, Clip, Input};
+use super::{lower_median, middle, norm, Clip, Input};
 use crate::fragment::FragmentSpec;
 
 /// A contribution whose cosine with the median of the *other* contributions' directions
 /// is below `−OPPOSED` earns nothing, whatever its score against the whole round.
 const OPPOSED: f64 = 0.25;
+
+/// Coordinates whose columns are gathered at a time.
+const BLOCK: usize = 64;
 
 /// How far each contribution goes the round's way, as a weight factor in `[0, 1]`.
 ///
@@ -58,52 +61,66 @@ pub(super) fn agreement(
     // Per contribution, against the whole round's median and against the others' median:
     // the dot with the reference and the reference's squared norm; and its own.
     let mut sums = Sums::new(n);
-    let mut column = vec![0f64; n];
+    let mut block = vec![0f64; BLOCK * n];
     let (mut keys, mut order) = (vec![0i64; n], Vec::new());
     let mut rank = vec![0usize; n];
     let mut sorted = vec![0f64; n];
     let (mut voters, mut at) = (Vec::with_capacity(n), vec![0usize; n]);
+    // Dense columns need only their middle values (`middle`); an abstaining column ranks
+    // its values to find the non-zero ones' middle.
+    let (mut spill, mut others) = (Vec::new(), vec![0f64; n]);
     for ((_, range), clip) in spec.ranges().zip(clips) {
         // Directions only: each contribution's tensor scaled to unit norm.
         let unit: Vec<f64> =
             clip.norm.iter().map(|&n| if n > 0.0 { 1.0 / n } else { 0.0 }).collect();
-        for j in range {
-            for (i, ((c, inp), &k)) in column.iter_mut().zip(inputs).zip(&unit).enumerate() {
-                *c = k * f64::from(inp.values[j]);
-                keys[i] = total_key(*c);
-            }
-            // Ascending by value, ties by input: `f64::total_cmp`'s order on integers.
-            ranks(&keys, &mut order, &mut rank);
-            for (i, &k) in rank.iter().enumerate() {
-                sorted[k] = column[i];
-            }
-            // With `abstain`, a zero is no vote (a coordinate a sparse delta did not send):
-            // the medians are over the non-zero values, and `at[k]` is where the `k`-th
-            // sorted value sits among them.
-            let votes: &[f64] = if abstain {
-                voters.clear();
-                for (k, &v) in sorted.iter().enumerate() {
-                    at[k] = voters.len();
-                    if v != 0.0 {
-                        voters.push(v);
-                    }
+        for from in range.clone().step_by(BLOCK) {
+            let len = BLOCK.min(range.end - from);
+            // Each contribution's stretch of the block in turn (sequential reads), into
+            // rows by coordinate: a coordinate's column is then one row.
+            for (i, (inp, &k)) in inputs.iter().zip(&unit).enumerate() {
+                for (t, &v) in inp.values[from..from + len].iter().enumerate() {
+                    block[t * n + i] = k * f64::from(v);
                 }
-                &voters
-            } else {
-                &sorted
-            };
-            let r = if votes.is_empty() { 0.0 } else { median_of_sorted(votes) };
-            sums.ref_sq += r * r;
-            for i in 0..n {
-                let c = column[i];
-                let o = if abstain && c == 0.0 {
-                    r // not among the votes: the others' median is everyone's
-                } else if votes.len() < 2 {
-                    0.0
+            }
+            for column in block[..len * n].chunks_exact(n) {
+                for (key, &c) in keys.iter_mut().zip(column) {
+                    *key = total_key(c);
+                }
+                let r = if !abstain {
+                    let mid = middle::middle_keys(&keys, &mut spill);
+                    middle::medians(&keys, mid, &mut others)
                 } else {
-                    median_without(votes, if abstain { at[rank[i]] } else { rank[i] })
+                    // Ascending by value, ties by input: `f64::total_cmp`'s order on integers.
+                    ranks(&keys, &mut order, &mut rank);
+                    for (i, &k) in rank.iter().enumerate() {
+                        sorted[k] = column[i];
+                    }
+                    // A zero is no vote (a coordinate a sparse delta did not send): the medians
+                    // are over the non-zero values, and `at[k]` is where the `k`-th sorted value
+                    // sits among them.
+                    voters.clear();
+                    for (k, &v) in sorted.iter().enumerate() {
+                        at[k] = voters.len();
+                        if v != 0.0 {
+                            voters.push(v);
+                        }
+                    }
+                    let r = if voters.is_empty() { 0.0 } else { median_of_sorted(&voters) };
+                    for (i, o) in others.iter_mut().enumerate() {
+                        *o = if column[i] == 0.0 {
+                            r // not among the votes: the others' median is everyone's
+                        } else if voters.len() < 2 {
+                            0.0
+                        } else {
+                            median_without(&voters, at[rank[i]])
+                        };
+                    }
+                    r
                 };
-                sums.add(i, c, r, o);
+                sums.ref_sq += r * r;
+                for i in 0..n {
+                    sums.add(i, column[i], r, others[i]);
+                }
             }
         }
     }
@@ -200,8 +217,7 @@ fn by_author(
     let mut sums = Sums::new(n);
     let mut column = vec![0f64; n];
     let (mut sum, mut count) = (vec![0f64; authors], vec![0u32; authors]);
-    let mut votes: Vec<(f64, usize)> = Vec::with_capacity(authors);
-    let mut sorted: Vec<f64> = Vec::with_capacity(authors);
+    let (mut votes, mut spill) = (vec![0i64; authors], Vec::new());
     let mut others = vec![0f64; authors];
     for ((_, range), clip) in spec.ranges().zip(clips) {
         let unit: Vec<f64> =
@@ -214,24 +230,18 @@ fn by_author(
                 sum[owner[i]] += *c;
                 count[owner[i]] += 1;
             }
-            // Ascending by value, ties by author: the same order on every peer.
-            votes.clear();
-            for (a, (&s, &k)) in sum.iter().zip(&count).enumerate() {
-                votes.push((s / f64::from(k.max(1)), a));
+            // Each author's vote, and the medians over authors (`middle`).
+            for ((v, &s), &k) in votes.iter_mut().zip(&sum).zip(&count) {
+                *v = total_key(s / f64::from(k.max(1)));
             }
-            votes.sort_unstable_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
-            sorted.clear();
-            sorted.extend(votes.iter().map(|v| v.0));
-            let r = if sorted.is_empty() { 0.0 } else { median_of_sorted(&sorted) };
-            sums.ref_sq += r * r;
-            others.iter_mut().for_each(|o| *o = r);
-            if sorted.len() >= 2 {
-                for (k, &(_, a)) in votes.iter().enumerate() {
-                    others[a] = median_without(&sorted, k);
-                }
+            let r = if authors >= 2 {
+                let mid = middle::middle_keys(&votes, &mut spill);
+                middle::medians(&votes, mid, &mut others)
             } else {
-                votes.iter().for_each(|&(_, a)| others[a] = 0.0);
-            }
+                others[0] = 0.0;
+                sum[0] / f64::from(count[0].max(1))
+            };
+            sums.ref_sq += r * r;
             for i in 0..n {
                 let (c, o) = (column[i], others[owner[i]]);
                 sums.add(i, c, r, o);
@@ -270,7 +280,7 @@ fn factors(score: &[f64], with_others: &[f64]) -> Vec<f64> {
 /// Sets `rank[i]` to the position of `keys[i]` in ascending order (ties by index). A
 /// round's few contributions are ranked by counting, without branches (sorting 8 values a
 /// coordinate mispredicted its way to half the merge's time); larger rounds are sorted.
-fn ranks(keys: &[i64], order: &mut Vec<(i64, u32)>, rank: &mut [usize]) {
+pub(super) fn ranks(keys: &[i64], order: &mut Vec<(i64, u32)>, rank: &mut [usize]) {
     if keys.len() <= 32 {
         for (i, &k) in keys.iter().enumerate() {
             let below = keys.iter().map(|&o| u32::from(o < k)).sum::<u32>();
@@ -289,14 +299,14 @@ fn ranks(keys: &[i64], order: &mut Vec<(i64, u32)>, rank: &mut [usize]) {
 
 /// An integer that orders as [`f64::total_cmp`] orders `v` (its definition: the sign bit
 /// flips the others), so a sort compares integers instead of floats through an index.
-fn total_key(v: f64) -> i64 {
+pub(super) fn total_key(v: f64) -> i64 {
     let bits = v.to_bits() as i64;
     bits ^ (((bits >> 63) as u64) >> 1) as i64
 }
 
 /// The median of the ascending, non-empty `sorted` (the mean of the two middle values for
 /// an even count).
-fn median_of_sorted(sorted: &[f64]) -> f64 {
+pub(super) fn median_of_sorted(sorted: &[f64]) -> f64 {
     let m = sorted.len();
     if m % 2 == 1 {
         sorted[m / 2]
@@ -307,7 +317,7 @@ fn median_of_sorted(sorted: &[f64]) -> f64 {
 
 /// The median of the ascending `sorted` without its element at `skip` (the mean of the
 /// two middle values for an even count). `sorted` holds at least two values.
-fn median_without(sorted: &[f64], skip: usize) -> f64 {
+pub(super) fn median_without(sorted: &[f64], skip: usize) -> f64 {
     let m = sorted.len() - 1;
     let at = |p: usize| sorted[if p < skip { p } else { p + 1 }];
     if m % 2 == 1 {
