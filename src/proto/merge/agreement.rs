@@ -62,13 +62,11 @@ pub(super) fn agreement(
     // the dot with the reference and the reference's squared norm; and its own.
     let mut sums = Sums::new(n);
     let mut block = vec![0f64; BLOCK * n];
-    let (mut keys, mut order) = (vec![0i64; n], Vec::new());
-    let mut rank = vec![0usize; n];
-    let mut sorted = vec![0f64; n];
-    let (mut voters, mut at) = (Vec::with_capacity(n), vec![0usize; n]);
-    // Dense columns need only their middle values (`middle`); an abstaining column ranks
-    // its values to find the non-zero ones' middle.
+    let mut keys = vec![0i64; n];
+    // Only the middle of each column counts (`middle`): over every value, or with
+    // `abstain` over the non-zero ones.
     let (mut spill, mut others) = (Vec::new(), vec![0f64; n]);
+    let mut votes = middle::Votes::default();
     for ((_, range), clip) in spec.ranges().zip(clips) {
         // Directions only: each contribution's tensor scaled to unit norm.
         let unit: Vec<f64> =
@@ -86,36 +84,11 @@ pub(super) fn agreement(
                 for (key, &c) in keys.iter_mut().zip(column) {
                     *key = total_key(c);
                 }
-                let r = if !abstain {
+                let r = if abstain {
+                    middle::medians_of_votes(&keys, &mut votes, &mut spill, &mut others)
+                } else {
                     let mid = middle::middle_keys(&keys, &mut spill);
                     middle::medians(&keys, mid, &mut others)
-                } else {
-                    // Ascending by value, ties by input: `f64::total_cmp`'s order on integers.
-                    ranks(&keys, &mut order, &mut rank);
-                    for (i, &k) in rank.iter().enumerate() {
-                        sorted[k] = column[i];
-                    }
-                    // A zero is no vote (a coordinate a sparse delta did not send): the medians
-                    // are over the non-zero values, and `at[k]` is where the `k`-th sorted value
-                    // sits among them.
-                    voters.clear();
-                    for (k, &v) in sorted.iter().enumerate() {
-                        at[k] = voters.len();
-                        if v != 0.0 {
-                            voters.push(v);
-                        }
-                    }
-                    let r = if voters.is_empty() { 0.0 } else { median_of_sorted(&voters) };
-                    for (i, o) in others.iter_mut().enumerate() {
-                        *o = if column[i] == 0.0 {
-                            r // not among the votes: the others' median is everyone's
-                        } else if voters.len() < 2 {
-                            0.0
-                        } else {
-                            median_without(&voters, at[rank[i]])
-                        };
-                    }
-                    r
                 };
                 sums.ref_sq += r * r;
                 for i in 0..n {
@@ -277,28 +250,20 @@ fn factors(score: &[f64], with_others: &[f64]) -> Vec<f64> {
         .collect()
 }
 
-/// Sets `rank[i]` to the position of `keys[i]` in ascending order (ties by index). A
-/// round's few contributions are ranked by counting, without branches (sorting 8 values a
-/// coordinate mispredicted its way to half the merge's time); larger rounds are sorted.
+/// Sets `rank[i]` to the position of `keys[i]` in ascending order (ties by index): the
+/// ranked column that the medians of `middle` reproduce without ranking (tests only).
+#[cfg(test)]
 pub(super) fn ranks(keys: &[i64], order: &mut Vec<(i64, u32)>, rank: &mut [usize]) {
-    if keys.len() <= 32 {
-        for (i, &k) in keys.iter().enumerate() {
-            let below = keys.iter().map(|&o| u32::from(o < k)).sum::<u32>();
-            let tied_before = keys[..i].iter().map(|&o| u32::from(o == k)).sum::<u32>();
-            rank[i] = (below + tied_before) as usize;
-        }
-    } else {
-        order.clear();
-        order.extend(keys.iter().enumerate().map(|(i, &k)| (k, i as u32)));
-        order.sort_unstable();
-        for (k, &(_, i)) in order.iter().enumerate() {
-            rank[i as usize] = k;
-        }
+    order.clear();
+    order.extend(keys.iter().enumerate().map(|(i, &k)| (k, i as u32)));
+    order.sort_unstable();
+    for (k, &(_, i)) in order.iter().enumerate() {
+        rank[i as usize] = k;
     }
 }
 
 /// An integer that orders as [`f64::total_cmp`] orders `v` (its definition: the sign bit
-/// flips the others), so a sort compares integers instead of floats through an index.
+/// flips the others), so a column is sorted as integers, branch-free (`middle`).
 pub(super) fn total_key(v: f64) -> i64 {
     let bits = v.to_bits() as i64;
     bits ^ (((bits >> 63) as u64) >> 1) as i64
@@ -306,6 +271,7 @@ pub(super) fn total_key(v: f64) -> i64 {
 
 /// The median of the ascending, non-empty `sorted` (the mean of the two middle values for
 /// an even count).
+#[cfg(test)]
 pub(super) fn median_of_sorted(sorted: &[f64]) -> f64 {
     let m = sorted.len();
     if m % 2 == 1 {
@@ -317,6 +283,7 @@ pub(super) fn median_of_sorted(sorted: &[f64]) -> f64 {
 
 /// The median of the ascending `sorted` without its element at `skip` (the mean of the
 /// two middle values for an even count). `sorted` holds at least two values.
+#[cfg(test)]
 pub(super) fn median_without(sorted: &[f64], skip: usize) -> f64 {
     let m = sorted.len() - 1;
     let at = |p: usize| sorted[if p < skip { p } else { p + 1 }];
@@ -385,7 +352,7 @@ mod tests {
                 assert_eq!(total_key(*a).cmp(&total_key(*b)), a.total_cmp(b), "{a:e} {b:e}");
             }
         }
-        // Counted and sorted ranks agree, ties included, and order as `total_cmp` does.
+        // Ranks of the keys order as `total_cmp` does, ties by index.
         for n in [2, 3, 8, 17, 32, 33, 64] {
             for start in [0, 5, 100] {
                 let column: Vec<f64> = values[start..start + n]

@@ -64,8 +64,13 @@ pub(super) fn middle_keys(keys: &[i64], spill: &mut Vec<i64>) -> [i64; 3] {
 
 /// The value whose [`super::agreement::total_key`] is `key` (the key's map is its own
 /// inverse: it flips the bits below the sign, and only when the sign is set).
-fn value_of(key: i64) -> f64 {
+pub(super) fn value_of(key: i64) -> f64 {
     f64::from_bits((key ^ ((((key >> 63) as u64) >> 1) as i64)) as u64)
+}
+
+/// Whether `key` is a zero's (`+0.0` or `−0.0`).
+pub(super) fn is_zero(key: i64) -> bool {
+    key == 0 || key == -1
 }
 
 /// The median of the column whose keys are `keys` (at least two; `middle` its
@@ -101,6 +106,44 @@ pub(super) fn medians(keys: &[i64], middle: [i64; 3], others: &mut [f64]) -> f64
         }
         vb
     }
+}
+
+/// Buffers of [`medians_of_votes`].
+#[derive(Default)]
+pub(super) struct Votes {
+    keys: Vec<i64>,
+    others: Vec<f64>,
+}
+
+/// [`medians`] where a zero is no vote (a coordinate a sparse delta did not send): the
+/// medians are over the non-zero values; a zero's "others' median" is the whole median,
+/// and with fewer than two votes a vote's is 0.
+pub(super) fn medians_of_votes(
+    keys: &[i64],
+    votes: &mut Votes,
+    spill: &mut Vec<i64>,
+    others: &mut [f64],
+) -> f64 {
+    votes.keys.clear();
+    votes.keys.extend(keys.iter().copied().filter(|&k| !is_zero(k)));
+    votes.others.resize(votes.keys.len(), 0.0);
+    let r = match votes.keys.len() {
+        0 => 0.0,
+        1 => value_of(votes.keys[0]),
+        _ => medians(&votes.keys, middle_keys(&votes.keys, spill), &mut votes.others),
+    };
+    let many = votes.keys.len() >= 2;
+    let mut voted = votes.others.iter();
+    for (o, &k) in others.iter_mut().zip(keys) {
+        *o = if is_zero(k) {
+            r
+        } else if many {
+            voted.next().copied().unwrap_or(0.0)
+        } else {
+            0.0
+        };
+    }
+    r
 }
 
 #[cfg(test)]
@@ -177,6 +220,55 @@ mod tests {
                 for i in 0..n {
                     let want = median_without(&sorted_values, rank[i]);
                     assert_eq!(others[i].to_bits(), want.to_bits(), "n {n} i {i} {column:?}");
+                }
+            }
+        }
+    }
+
+    /// With zeros abstaining, the same bits as ranking the column and taking the medians
+    /// over its non-zero values (as the sparse merge did before).
+    #[test]
+    fn votes_match_the_ranked_non_zero_values() {
+        let mut x = 0x51_7cc1_b727_220au64;
+        let pool = [0.0, -0.0, 0.0, 0.5, -0.5, 0.25, -3.0];
+        let (mut votes, mut spill) = (Votes::default(), Vec::new());
+        for n in 1..=24usize {
+            for _ in 0..300 {
+                let column: Vec<f64> = (0..n)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        pool[(x % pool.len() as u64) as usize]
+                    })
+                    .collect();
+                let keys: Vec<i64> = column.iter().map(|v| total_key(*v)).collect();
+                let mut rank = vec![0; n];
+                ranks(&keys, &mut Vec::new(), &mut rank);
+                let mut sorted = vec![0f64; n];
+                for (i, &k) in rank.iter().enumerate() {
+                    sorted[k] = column[i];
+                }
+                let (mut voters, mut at) = (Vec::new(), vec![0; n]);
+                for (k, &v) in sorted.iter().enumerate() {
+                    at[k] = voters.len();
+                    if v != 0.0 {
+                        voters.push(v);
+                    }
+                }
+                let want_r = if voters.is_empty() { 0.0 } else { median_of_sorted(&voters) };
+                let mut others = vec![f64::NAN; n];
+                let r = medians_of_votes(&keys, &mut votes, &mut spill, &mut others);
+                assert_eq!(r.to_bits(), want_r.to_bits(), "{column:?}");
+                for i in 0..n {
+                    let want = if column[i] == 0.0 {
+                        want_r
+                    } else if voters.len() < 2 {
+                        0.0
+                    } else {
+                        median_without(&voters, at[rank[i]])
+                    };
+                    assert_eq!(others[i].to_bits(), want.to_bits(), "i {i} {column:?}");
                 }
             }
         }
