@@ -151,6 +151,27 @@ mod tests {
     use super::super::agreement::{median_of_sorted, median_without, ranks, total_key};
     use super::*;
 
+    /// A column's keys, each value's rank (ties by input order) and the values in that
+    /// order: the reference the medians must match.
+    fn ranked(column: &[f64]) -> (Vec<i64>, Vec<usize>, Vec<f64>) {
+        let keys: Vec<i64> = column.iter().map(|v| total_key(*v)).collect();
+        let mut rank = vec![0; column.len()];
+        ranks(&keys, &mut Vec::new(), &mut rank);
+        let mut sorted = vec![0f64; column.len()];
+        for (i, &k) in rank.iter().enumerate() {
+            sorted[k] = column[i];
+        }
+        (keys, rank, sorted)
+    }
+
+    /// xorshift64: the tests' seeded columns.
+    fn next(x: &mut u64) -> u64 {
+        *x ^= *x << 13;
+        *x ^= *x >> 7;
+        *x ^= *x << 17;
+        *x
+    }
+
     /// The networks sort every column of zeros and ones of up to 16 keys (by the 0–1
     /// principle, so every column of those sizes), and the middle keys of random columns
     /// of every size to 40 are a sort's.
@@ -168,14 +189,7 @@ mod tests {
         let mut spill = Vec::new();
         for n in 2..=40usize {
             for _ in 0..200 {
-                let keys: Vec<i64> = (0..n)
-                    .map(|_| {
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
-                        (x % 7) as i64 - 3
-                    })
-                    .collect();
+                let keys: Vec<i64> = (0..n).map(|_| (next(&mut x) % 7) as i64 - 3).collect();
                 let mut sorted = keys.clone();
                 sorted.sort_unstable();
                 let h = n / 2;
@@ -197,9 +211,7 @@ mod tests {
             for trial in 0..300 {
                 let column: Vec<f64> = (0..n)
                     .map(|_| {
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
+                        let x = next(&mut x);
                         if trial % 2 == 0 {
                             pool[(x % pool.len() as u64) as usize]
                         } else {
@@ -207,13 +219,7 @@ mod tests {
                         }
                     })
                     .collect();
-                let keys: Vec<i64> = column.iter().map(|v| total_key(*v)).collect();
-                let mut rank = vec![0; n];
-                ranks(&keys, &mut Vec::new(), &mut rank);
-                let mut sorted_values = vec![0f64; n];
-                for (i, &k) in rank.iter().enumerate() {
-                    sorted_values[k] = column[i];
-                }
+                let (keys, rank, sorted_values) = ranked(&column);
                 let mut others = vec![f64::NAN; n];
                 let r = medians(&keys, middle_keys(&keys, &mut spill), &mut others);
                 assert_eq!(r.to_bits(), median_of_sorted(&sorted_values).to_bits(), "{column:?}");
@@ -234,21 +240,9 @@ mod tests {
         let (mut votes, mut spill) = (Votes::default(), Vec::new());
         for n in 1..=24usize {
             for _ in 0..300 {
-                let column: Vec<f64> = (0..n)
-                    .map(|_| {
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
-                        pool[(x % pool.len() as u64) as usize]
-                    })
-                    .collect();
-                let keys: Vec<i64> = column.iter().map(|v| total_key(*v)).collect();
-                let mut rank = vec![0; n];
-                ranks(&keys, &mut Vec::new(), &mut rank);
-                let mut sorted = vec![0f64; n];
-                for (i, &k) in rank.iter().enumerate() {
-                    sorted[k] = column[i];
-                }
+                let column: Vec<f64> =
+                    (0..n).map(|_| pool[(next(&mut x) % pool.len() as u64) as usize]).collect();
+                let (keys, rank, sorted) = ranked(&column);
                 let (mut voters, mut at) = (Vec::new(), vec![0; n]);
                 for (k, &v) in sorted.iter().enumerate() {
                     at[k] = voters.len();
