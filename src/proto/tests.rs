@@ -196,6 +196,11 @@ pub(crate) fn delta_by(author: u64, round: u64, value: f32) -> (ContributionAnno
 }
 
 /// The offences reported in `out`, in order.
+/// A vote: an announcement of fragment 0's state of `round`, with no count and no recipe.
+fn vote(round: u64, hash: ContentHash, size: u64) -> StateAnnounce {
+    StateAnnounce { fragment: 0, round, hash, size, took: None, recipe: None }
+}
+
 fn offences(out: &[Output]) -> Vec<Offence> {
     out.iter()
         .filter_map(|o| match o {
@@ -222,7 +227,7 @@ fn a_state_nobody_can_serve_is_not_chased_round_after_round() {
     credit(&mut p, 9, 5, 5_500);
     let x = ContentHash::of(b"a state only a stalled peer holds");
     let vote = |round| {
-        let s = StateAnnounce { fragment: 0, round, hash: x, size: 100, took: None, recipe: None };
+        let s = vote(round, x, 100);
         Event::Message { from: PeerId(9), msg: Message::State(s) }
     };
     let fetches = |out: &[Output]| out.iter().filter(|o| matches!(o, Output::Fetch { .. })).count();
@@ -250,7 +255,7 @@ fn crediting_a_voter_catches_up_at_once() {
     let x = ContentHash::of(b"the swarm's state");
     let fetches_x =
         |out: &[Output]| out.iter().any(|o| matches!(o, Output::Fetch { hash, .. } if *hash == x));
-    let s = StateAnnounce { fragment: 0, round: 5, hash: x, size: 100, took: None, recipe: None };
+    let s = vote(5, x, 100);
     let out = p.handle(Event::Message { from: PeerId(9), msg: Message::State(s) }, 5_500);
     assert!(!fetches_x(&out), "a vote of a peer with no verified work made us fetch");
     let (c, bytes) = delta_by(9, 5, 0.01);

@@ -203,28 +203,14 @@ fn votes_need_verified_work_and_states_their_voted_round() {
     let fake = ContentHash::of(b"forged state");
     let mut out = Vec::new();
     for sybil in 1000..1100u64 {
-        let s = StateAnnounce {
-            fragment: 0,
-            round: 2,
-            hash: fake,
-            size: 100,
-            took: None,
-            recipe: None,
-        };
+        let s = super::vote(2, fake, 100);
         let msg = Message::State(s);
         out.extend(p.handle(Event::Message { from: PeerId(sybil), msg }, t + 1));
     }
     assert_eq!(fetches(&out), 0, "a hundred fresh keys moved the peer");
     // Far-future rounds from credited peers do not count either (u64::MAX wedged peers).
     super::credit(&mut p, 2, 1, t + 2);
-    let s = StateAnnounce {
-        fragment: 0,
-        round: u64::MAX,
-        hash: fake,
-        size: 100,
-        took: None,
-        recipe: None,
-    };
+    let s = super::vote(u64::MAX, fake, 100);
     let out = p.handle(Event::Message { from: PeerId(2), msg: Message::State(s) }, t + 3);
     assert_eq!(fetches(&out), 0);
     // A credited peer that votes round 3 (ahead of us) and serves a state of another round
@@ -233,14 +219,7 @@ fn votes_need_verified_work_and_states_their_voted_round() {
     forged.round = 7;
     let bytes: Bytes = forged.to_bytes().into();
     let hash = ContentHash::of(&bytes);
-    let s = StateAnnounce {
-        fragment: 0,
-        round: 3,
-        hash,
-        size: bytes.len() as u64,
-        took: None,
-        recipe: None,
-    };
+    let s = super::vote(3, hash, bytes.len() as u64);
     let now = 3_100;
     let out = p.handle(Event::Message { from: PeerId(2), msg: Message::State(s) }, now);
     assert_eq!(fetches(&out), 1);

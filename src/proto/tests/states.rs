@@ -26,14 +26,7 @@ pub(super) fn vote_and_serve(
 ) -> Vec<Output> {
     let bytes: Bytes = state.to_bytes().into();
     let hash = ContentHash::of(&bytes);
-    let s = StateAnnounce {
-        fragment: 0,
-        round: state.round,
-        hash,
-        size: bytes.len() as u64,
-        took: None,
-        recipe: None,
-    };
+    let s = super::vote(state.round, hash, bytes.len() as u64);
     let mut out = Vec::new();
     for &v in voters {
         out.extend(
@@ -239,14 +232,7 @@ fn a_state_nobody_can_recompute_needs_half_the_voters() {
     let announce = |p: &mut Protocol, voter: u64, state: &FragmentState| {
         let bytes = state.to_bytes();
         let hash = ContentHash::of(&bytes);
-        let s = StateAnnounce {
-            fragment: 0,
-            round: 1,
-            hash,
-            size: bytes.len() as u64,
-            took: None,
-            recipe: None,
-        };
+        let s = super::vote(1, hash, bytes.len() as u64);
         p.handle(Event::Message { from: PeerId(voter), msg: Message::State(s) }, now);
     };
     for (v, seed) in [(4, 0.5), (5, 0.75), (6, 1.0)] {
