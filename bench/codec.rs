@@ -55,8 +55,10 @@ fn main() {
     println!("fragment: {numel} f32 ({mb:.1} MB raw); best of 5; one thread");
     println!("| codec | bytes | ratio vs f32 | rel. L2 error | encode MB/s | decode MB/s |");
     println!("|---|---:|---:|---:|---:|---:|");
-    let dense = |codec| EncodeOptions { codec, block: 64, zstd_level: 3, keep: 0 };
-    let sparse = |codec| EncodeOptions { codec, block: 4096, zstd_level: 3, keep: 64 };
+    let dense =
+        |codec| EncodeOptions { codec, block: 64, zstd_level: 3, keep: 0, ..Default::default() };
+    let sparse =
+        |codec| EncodeOptions { codec, block: 4096, zstd_level: 3, keep: 64, ..Default::default() };
     let cells = [
         dense(Codec::F32),
         dense(Codec::Q8),

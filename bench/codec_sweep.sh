@@ -28,6 +28,10 @@ cells=(
   'top2 512/4096|{"encode": {"codec": "top2", "block": 4096, "keep": 512, "zstd_level": 3}}'
   'top1 256/4096|{"encode": {"codec": "top1", "block": 4096, "keep": 256, "zstd_level": 3}}'
   'top2 64/4096, H 5|{"encode": {"codec": "top2", "block": 4096, "keep": 64, "zstd_level": 3}, "h": 5}'
+  'top2 64/4096, feedback decay 0.8|{"encode": {"codec": "top2", "block": 4096, "keep": 64, "zstd_level": 3, "feedback_decay": 0.8}}'
+  'top2 256/4096, feedback decay 0.8|{"encode": {"codec": "top2", "block": 4096, "keep": 256, "zstd_level": 3, "feedback_decay": 0.8}}'
+  'top2 512/4096, feedback decay 0.8|{"encode": {"codec": "top2", "block": 4096, "keep": 512, "zstd_level": 3, "feedback_decay": 0.8}}'
+  'top2 1024/4096, feedback decay 0.8|{"encode": {"codec": "top2", "block": 4096, "keep": 1024, "zstd_level": 3, "feedback_decay": 0.8}}'
 )
 if [[ -n "${CELLS:-}" ]]; then
   mapfile -t picked < <(for i in $CELLS; do echo "${cells[$i]}"; done)

@@ -45,7 +45,8 @@ pub struct DeltaMeta {
     pub steps: u64,
 }
 
-/// The quantisation residual of one fragment, carried into its next delta.
+/// What one fragment's deltas have not sent (the quantisation or sparsification residual),
+/// carried into its next delta (times [`EncodeOptions::feedback_decay`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ErrorFeedback {
     residual: Vec<f32>,
@@ -106,13 +107,15 @@ pub struct Decoded {
 }
 
 /// Why encoding failed (only on caller bugs: sizes that do not fit the wire).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum EncodeError {
     #[error("block size {0} outside {BLOCK_RANGE:?}")]
     BadBlock(usize),
     #[error("keep {keep} outside 1..={block} (the block size)")]
     BadKeep { keep: usize, block: usize },
+    #[error("feedback_decay {0} outside [0, 1]")]
+    BadDecay(f32),
     #[error("delta of {0} values does not fit the wire format")]
     TooLarge(usize),
     #[error("delta holds a non-finite value at index {0}")]
@@ -207,7 +210,9 @@ pub fn encode(
         return Err(EncodeError::NonFinite(i));
     }
     if let Some(fb) = feedback {
-        fb.residual.iter_mut().zip(x.iter().zip(&values)).for_each(|(r, (a, b))| *r = a - b);
+        let decay = opts.feedback_decay;
+        let rest = fb.residual.iter_mut().zip(x.iter().zip(&values));
+        rest.for_each(|(r, (a, b))| *r = decay * (a - b));
     }
     let stored = compress(&raw, opts.zstd_level)?;
     let raw_len = u32::try_from(raw.len()).map_err(|_| EncodeError::TooLarge(delta.len()))?;

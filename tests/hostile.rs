@@ -77,7 +77,13 @@ enum Mode {
 /// sparse codec of tests/sparse_swarm.rs, 16 of every 256 values.
 fn run_encoding() -> EncodeOptions {
     match std::env::var("HOSTILE_CODEC").as_deref() {
-        Ok("top2") => EncodeOptions { codec: Codec::Top2, block: 256, keep: 16, zstd_level: 3 },
+        Ok("top2") => EncodeOptions {
+            codec: Codec::Top2,
+            block: 256,
+            keep: 16,
+            zstd_level: 3,
+            ..Default::default()
+        },
         _ => EncodeOptions::default(),
     }
 }

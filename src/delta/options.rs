@@ -63,7 +63,7 @@ impl Codec {
 pub const BLOCK_RANGE: std::ops::RangeInclusive<usize> = 8..=65_536;
 
 /// Encoder settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct EncodeOptions {
     pub codec: Codec,
     /// Values per scale; within [`BLOCK_RANGE`]. 64 costs 1/16 byte per value in scales.
@@ -74,15 +74,38 @@ pub struct EncodeOptions {
     /// 1.56%). Ignored (and written 0 on the wire) by the dense ones.
     #[serde(default = "default_keep")]
     pub keep: usize,
+    /// Share of what a delta did not send that its error feedback carries into the next
+    /// one, in `[0, 1]`: 1 carries all of it (the default); below 1 the unsent rest fades,
+    /// as in SparseLoCo's error feedback. A peer restarts every round from the merged
+    /// anchor and learns much of what it did not send again, so with sparse codecs a full
+    /// residual sends that work twice (bench/RESULTS.md, "Error feedback that fades").
+    #[serde(default = "whole", skip_serializing_if = "is_whole")]
+    pub feedback_decay: f32,
 }
 
 fn default_keep() -> usize {
     64
 }
 
+fn whole() -> f32 {
+    1.0
+}
+
+/// Left out of a manifest while it keeps its default, so a manifest written before the
+/// setting existed keeps its canonical JSON and run id.
+fn is_whole(v: &f32) -> bool {
+    *v == 1.0
+}
+
 impl Default for EncodeOptions {
     fn default() -> Self {
-        Self { codec: Codec::Q4, block: 64, zstd_level: 3, keep: default_keep() }
+        Self {
+            codec: Codec::Q4,
+            block: 64,
+            zstd_level: 3,
+            keep: default_keep(),
+            feedback_decay: 1.0,
+        }
     }
 }
 
@@ -94,6 +117,9 @@ impl EncodeOptions {
         }
         if self.codec.is_sparse() && !(1..=self.block).contains(&self.keep) {
             return Err(EncodeError::BadKeep { keep: self.keep, block: self.block });
+        }
+        if !(0.0..=1.0).contains(&self.feedback_decay) {
+            return Err(EncodeError::BadDecay(self.feedback_decay));
         }
         Ok(())
     }

@@ -39,7 +39,7 @@ proptest! {
         level in 0i32..4,
         keep in 1usize..8,
     ) {
-        let opts = EncodeOptions { codec, block, zstd_level: level, keep };
+        let opts = EncodeOptions { codec, block, zstd_level: level, keep, ..Default::default() };
         prop_assert!(enc_len_ok(&x, &opts));
         let enc = encode(meta(3), &x, None, &opts).unwrap();
         prop_assert_eq!(enc.hash, ContentHash::of(&enc.bytes));
@@ -62,7 +62,7 @@ proptest! {
         four in any::<bool>(),
     ) {
         let codec = if four { Codec::Q4 } else { Codec::Q8 };
-        let opts = EncodeOptions { codec, block: 16, zstd_level: 0, keep: 4 };
+        let opts = EncodeOptions { codec, block: 16, zstd_level: 0, keep: 4, ..Default::default() };
         let mut fb = ErrorFeedback::new(64);
         let mut true_sum = vec![0f64; 64];
         let mut sent_sum = vec![0f64; 64];
@@ -91,7 +91,7 @@ proptest! {
         two in any::<bool>(),
     ) {
         let codec = if two { Codec::Top2 } else { Codec::Top1 };
-        let opts = EncodeOptions { codec, block: 16, zstd_level: 0, keep: 2 };
+        let opts = EncodeOptions { codec, block: 16, zstd_level: 0, keep: 2, ..Default::default() };
         let mut fb = ErrorFeedback::new(64);
         let mut gap = vec![0f64; 64];
         for x in &rounds {
@@ -103,6 +103,26 @@ proptest! {
         }
         for (g, r) in gap.iter().zip(fb.residual()) {
             prop_assert!((*g as f32 - r).abs() < 1e-4 * (1.0 + g.abs() as f32));
+        }
+    }
+
+    /// A fading residual: after each delta it holds `decay ×` what that delta did not
+    /// send (the input and the carried residual), bit for bit; at 1 the whole rest.
+    #[test]
+    fn a_fading_residual_carries_its_share_of_what_was_not_sent(
+        rounds in prop::collection::vec(prop::collection::vec(-1f32..1.0, 64), 1..6),
+        decay in prop_oneof![Just(0f32), Just(1f32), 0f32..1.0],
+    ) {
+        let opts = EncodeOptions {
+            codec: Codec::Top2, block: 16, zstd_level: 0, keep: 2, feedback_decay: decay,
+        };
+        let mut fb = ErrorFeedback::new(64);
+        for x in &rounds {
+            let carried: Vec<f32> = x.iter().zip(fb.residual()).map(|(a, r)| a + r).collect();
+            let enc = encode(meta(0), x, Some(&mut fb), &opts).unwrap();
+            for ((r, c), v) in fb.residual().iter().zip(&carried).zip(&enc.values) {
+                prop_assert_eq!(*r, decay * (c - v));
+            }
         }
     }
 
@@ -120,7 +140,7 @@ proptest! {
         flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..6),
         level in 0i32..2,
     ) {
-        let enc = encode(meta(1), &x, None, &EncodeOptions { codec, block: 32, zstd_level: level, keep: 5 }).unwrap();
+        let enc = encode(meta(1), &x, None, &EncodeOptions { codec, block: 32, zstd_level: level, keep: 5, ..Default::default() }).unwrap();
         let mut bytes = enc.bytes.to_vec();
         for (idx, v) in flips {
             let i = idx.index(bytes.len());
@@ -158,7 +178,13 @@ fn top_k_two_bit_is_under_a_quarter_bit_per_value() {
 #[test]
 fn a_sparse_header_with_a_bad_keep_is_refused() {
     let x = vec![0.5f32; 40];
-    let opts = EncodeOptions { codec: Codec::Top2, block: 8, keep: 2, zstd_level: 0 };
+    let opts = EncodeOptions {
+        codec: Codec::Top2,
+        block: 8,
+        keep: 2,
+        zstd_level: 0,
+        ..Default::default()
+    };
     let ok = encode(meta(2), &x, None, &opts).unwrap().bytes.to_vec();
     let (s, lim) = (spec(2, 40), Limits::default());
     assert!(decode(&ok, &s, &lim).is_ok());
@@ -182,6 +208,11 @@ fn a_sparse_header_with_a_bad_keep_is_refused() {
         encode(meta(2), &x, None, &wrong).unwrap_err(),
         EncodeError::BadKeep { keep: 9, block: 8 }
     );
+    for decay in [-0.1, 1.5, f32::NAN] {
+        let wrong = EncodeOptions { feedback_decay: decay, ..opts };
+        let err = encode(meta(2), &x, None, &wrong).unwrap_err();
+        assert!(matches!(err, EncodeError::BadDecay(_)), "{decay}: {err:?}");
+    }
 }
 
 #[test]

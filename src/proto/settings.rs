@@ -270,6 +270,8 @@ impl Settings {
         )?;
         let keep = !r.encode.codec.is_sparse() || (1..=r.encode.block).contains(&r.encode.keep);
         check(keep, "encode.keep", r.encode.keep, "1..=encode.block")?;
+        let decay = r.encode.feedback_decay;
+        check((0.0..=1.0).contains(&decay), "encode.feedback_decay", decay, "[0, 1]")?;
         Ok(Self { raw, max_wait_ms: max_wait, tokens_per_step: u64::MAX })
     }
 
@@ -346,6 +348,14 @@ mod tests {
         let json = serde_json::to_string(&s).unwrap();
         let back: Settings = serde_json::from_str(&json).unwrap();
         assert_eq!(back, s);
+        // A setting added later is left out at its default (the run id stays), and kept
+        // when set.
+        assert!(!json.contains("feedback_decay"), "{json}");
+        let encode = EncodeOptions { feedback_decay: 0.8, ..EncodeOptions::default() };
+        let s = Settings::new(RawSettings { encode, ..RawSettings::default() }).unwrap();
+        let json = serde_json::to_string(&s).unwrap();
+        assert!(json.contains(r#""feedback_decay":0.8"#), "{json}");
+        assert_eq!(serde_json::from_str::<Settings>(&json).unwrap(), s);
     }
 
     #[test]
@@ -381,6 +391,13 @@ mod tests {
             (RawSettings { fetch_attempts: 17, ..d() }, "fetch_attempts"),
             (RawSettings { fetch_timeout_ms: 600_001, ..d() }, "fetch_timeout_ms"),
         ] {
+            let e = Settings::new(bad).unwrap_err().to_string();
+            assert!(e.contains(field), "{field}: {e}");
+        }
+        for decay in [-0.5, 1.01, f32::NAN] {
+            let encode = EncodeOptions { feedback_decay: decay, ..EncodeOptions::default() };
+            let bad = RawSettings { encode, ..d() };
+            let field = "encode.feedback_decay";
             let e = Settings::new(bad).unwrap_err().to_string();
             assert!(e.contains(field), "{field}: {e}");
         }

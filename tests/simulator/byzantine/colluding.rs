@@ -193,7 +193,7 @@ fn apart_for_a_period(sim: &mut Sim, period: u64) -> Vec<usize> {
 
 /// Top-k at 1/8 (the simulator's fragments hold 64 values): what a sparse run sends.
 fn sparse_options() -> EncodeOptions {
-    EncodeOptions { codec: Codec::Top2, block: 32, keep: 4, zstd_level: 0 }
+    EncodeOptions { codec: Codec::Top2, block: 32, keep: 4, zstd_level: 0, ..Default::default() }
 }
 
 /// A third of 18 peers: the run still converges, within the bound SECURITY.md states.
