@@ -104,7 +104,7 @@ impl Default for EncodeOptions {
             block: 64,
             zstd_level: 3,
             keep: default_keep(),
-            feedback_decay: 1.0,
+            feedback_decay: whole(),
         }
     }
 }
