@@ -60,15 +60,15 @@ fn main() {
     let sparse =
         |codec| EncodeOptions { codec, block: 4096, zstd_level: 3, keep: 64, ..Default::default() };
     let cells = [
-        dense(Codec::F32),
-        dense(Codec::Q8),
-        dense(Codec::Q4),
-        sparse(Codec::Top2),
-        sparse(Codec::Top1),
+        ("F32", dense(Codec::F32)),
+        ("Q8", dense(Codec::Q8)),
+        ("Q4", dense(Codec::Q4)),
+        ("Top2", sparse(Codec::Top2)),
+        ("Top1", sparse(Codec::Top1)),
+        ("Top2 512/4096 (the default run's)", atoll::manifest::default_encode()),
     ];
-    println!("(top2/top1: 64 of each 4096; rel. L2 error of one delta, before error feedback)");
-    for opts in cells {
-        let codec = opts.codec;
+    println!("(top2/top1: 64 of each 4096 unless named; rel. L2 error of one delta, before error feedback)");
+    for (name, opts) in cells {
         let meta = DeltaMeta { author: 1, fragment: 0, round: 1, tokens: 1, steps: 1 };
         let (te, enc) = best(5, || {
             let mut fb = ErrorFeedback::new(numel);
@@ -79,7 +79,7 @@ fn main() {
         });
         let err: Vec<f32> = x.iter().zip(&dec.values).map(|(a, b)| a - b).collect();
         println!(
-            "| {codec:?} | {} ({:.3} bits/value) | {:.2} | {:.4} | {:.0} | {:.0} |",
+            "| {name} | {} ({:.3} bits/value) | {:.2} | {:.4} | {:.0} | {:.0} |",
             enc.bytes.len(),
             (enc.bytes.len() * 8) as f64 / numel as f64,
             (numel * 4) as f64 / enc.bytes.len() as f64,

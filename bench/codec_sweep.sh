@@ -16,7 +16,7 @@ mkdir -p "$out"
 "$bin" demo --peers 1 --steps 1 --run-dir "$out/template" > /dev/null 2>&1
 # name | protocol overrides (JSON)
 cells=(
-  'q4 (block 64)|{}'
+  'q4 (block 64)|{"encode": {"codec": "q4", "block": 64, "keep": 64, "zstd_level": 3}}'
   'top2 64/4096|{"encode": {"codec": "top2", "block": 4096, "keep": 64, "zstd_level": 3}}'
   'top2 128/4096|{"encode": {"codec": "top2", "block": 4096, "keep": 128, "zstd_level": 3}}'
   'top1 64/4096|{"encode": {"codec": "top1", "block": 4096, "keep": 64, "zstd_level": 3}}'

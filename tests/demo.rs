@@ -55,4 +55,10 @@ fn three_peers_train_merge_and_end_with_identical_anchors() {
         assert_eq!(status["running"], false);
     }
     assert!(summary["consensus_distance"].as_f64().unwrap() < 1e-6, "{summary:#}");
+    // The pace the summary reports: at most one step per `STEP_MS` in each 200 ms period
+    // (h 10 × 20 ms), and some steps in each.
+    let pace = summary["steps_per_period"].as_f64().unwrap();
+    let most = 200.0 / common::STEP_MS as f64;
+    assert!(pace > 0.5 && pace <= most * 1.1, "{pace} steps per period, at most {most}");
+    assert_eq!(summary["h"], 10, "{summary:#}");
 }

@@ -11,7 +11,7 @@
 //! offence at all — signed, author-bound −10× deltas with legal claims — and must cost the
 //! swarm no more than the first, without being banned. `HOSTILE_HONEST` and
 //! `HOSTILE_IDENTITIES` change the counts for measurements (see [`counts`]),
-//! `HOSTILE_CODEC=top2` the codec (see [`run_encoding`]).
+//! `HOSTILE_CODEC=q4` the codec (see [`run_encoding`]).
 
 #[path = "hostile/attack.rs"]
 mod attack;
@@ -73,18 +73,12 @@ enum Mode {
     Idle,
 }
 
-/// The run's codec: `q4` (the default), or with `HOSTILE_CODEC=top2` (a measurement) the
-/// sparse codec of tests/sparse_swarm.rs, 16 of every 256 values.
+/// The run's codec: the default run's (`top2`, 512 of every 4,096 values, feedback 0.8), or
+/// with `HOSTILE_CODEC=q4` (a measurement) 4-bit blockwise deltas, the former default.
 fn run_encoding() -> EncodeOptions {
     match std::env::var("HOSTILE_CODEC").as_deref() {
-        Ok("top2") => EncodeOptions {
-            codec: Codec::Top2,
-            block: 256,
-            keep: 16,
-            zstd_level: 3,
-            ..Default::default()
-        },
-        _ => EncodeOptions::default(),
+        Ok("q4") => EncodeOptions::default(),
+        _ => atoll::manifest::default_encode(),
     }
 }
 

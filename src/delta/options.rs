@@ -12,7 +12,8 @@ pub enum Codec {
     F32,
     /// 8-bit blockwise.
     Q8,
-    /// 4-bit blockwise (the default, DESIGN.md §3.4).
+    /// 4-bit blockwise (DESIGN.md §3.4; [`EncodeOptions::default`]). The default run sends
+    /// `Top2` (`atoll::manifest::default_encode`).
     Q4,
     /// Top-k per block ([`EncodeOptions::keep`]) with 2-bit values: a sign and one of two
     /// magnitudes per block.
@@ -75,10 +76,11 @@ pub struct EncodeOptions {
     #[serde(default = "default_keep")]
     pub keep: usize,
     /// Share of what a delta did not send that its error feedback carries into the next
-    /// one, in `[0, 1]`: 1 carries all of it (the default); below 1 the unsent rest fades,
-    /// as in SparseLoCo's error feedback. A peer restarts every round from the merged
-    /// anchor and learns much of what it did not send again, so with sparse codecs a full
-    /// residual sends that work twice (bench/RESULTS.md, "Error feedback that fades").
+    /// one, in `[0, 1]`: 1 carries all of it (also when a manifest leaves it out); below 1
+    /// the unsent rest fades, as in SparseLoCo's error feedback. A peer restarts every
+    /// round from the merged anchor and learns much of what it did not send again, so with
+    /// sparse codecs a full residual sends that work twice (bench/RESULTS.md, "Error
+    /// feedback that fades"); the default run's sparse codec keeps 0.8.
     #[serde(default = "whole", skip_serializing_if = "is_whole")]
     pub feedback_decay: f32,
 }
@@ -97,6 +99,7 @@ fn is_whole(v: &f32) -> bool {
     *v == 1.0
 }
 
+/// 4-bit blockwise codes of 64 values, zstd level 3, a full residual.
 impl Default for EncodeOptions {
     fn default() -> Self {
         Self {

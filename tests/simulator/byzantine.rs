@@ -14,7 +14,7 @@
 //! vote credit with well-formed deltas is outside the threat model: it must not crash
 //! anyone, and nothing more is asserted of it.
 
-use atoll::delta::{Codec, EncodeOptions};
+use atoll::delta::EncodeOptions;
 use atoll::proto::Offence;
 use atoll::sim::byzantine::{Attack, Forgery};
 use atoll::sim::{seed_from_env, Sim, SimConfig};

@@ -48,6 +48,12 @@ pub struct Summary {
     /// (2 × parameters × 4 bytes per step), and the ratio to what a peer sent.
     pub data_parallel_bytes_per_peer: u64,
     pub bytes_ratio_vs_data_parallel: f64,
+    /// Inner steps per period of a fragment (the busiest peer's steps over its mean round):
+    /// the manifest assumes `h`; rounds are wall-clock, so a machine that steps more slowly
+    /// merges after fewer steps, and each step costs more bytes.
+    pub steps_per_period: f64,
+    /// The manifest's `h`.
+    pub h: u64,
     pub run_id: String,
 }
 
@@ -60,12 +66,15 @@ pub(super) fn summarise(
 ) -> anyhow::Result<Summary> {
     let mut out = Vec::new();
     let mut param_count = 0;
+    // Each peer's mean fragment round at the end.
+    let mut rounds = Vec::new();
     for (i, dir) in dirs.iter().enumerate() {
         let path = dir.join(status::FILE_NAME);
         let s: StatusFile =
             status::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
         let t = s.training.clone().unwrap_or_default();
         param_count = t.param_count;
+        rounds.push(t.round.iter().sum::<u64>() as f64 / t.round.len().max(1) as f64);
         out.push(PeerSummary {
             peer_id: s.stats.peer_id.clone(),
             final_val_loss: t.final_val_loss,
@@ -85,6 +94,12 @@ pub(super) fn summarise(
     let mean_final_val_bpb = (bpbs.len() == out.len() && !bpbs.is_empty())
         .then(|| bpbs.iter().sum::<f64>() / bpbs.len() as f64);
     let steps = out.iter().map(|p| p.steps).max().unwrap_or(0);
+    let steps_per_period = out
+        .iter()
+        .zip(&rounds)
+        .filter(|(_, r)| **r > 0.0)
+        .map(|(p, r)| p.steps as f64 / r)
+        .fold(0.0, f64::max);
     let dp = 2 * param_count as u64 * 4 * steps;
     let max_sent = out.iter().map(|p| p.bytes_sent).max().unwrap_or(0).max(1);
     Ok(Summary {
@@ -96,6 +111,8 @@ pub(super) fn summarise(
         steps,
         data_parallel_bytes_per_peer: dp,
         bytes_ratio_vs_data_parallel: dp as f64 / max_sent as f64,
+        steps_per_period,
+        h: manifest.protocol.h,
         run_id: manifest.run_id().short(),
         peers: out,
     })
@@ -135,4 +152,11 @@ pub(super) fn print(s: &Summary) {
         super::super::status::bytes(s.data_parallel_bytes_per_peer),
         s.bytes_ratio_vs_data_parallel
     );
+    if s.steps_per_period > 0.0 {
+        println!(
+            "pace: {:.1} inner steps per period (the run assumes {}; periods are wall-clock, \
+             so slower steps mean fewer per merge and more bytes per step)",
+            s.steps_per_period, s.h
+        );
+    }
 }
