@@ -88,47 +88,122 @@ impl BitWriter<'_> {
 
 struct BitReader<'a> {
     bytes: &'a [u8],
+    /// Bits read so far.
     pos: usize,
 }
 
 impl BitReader<'_> {
-    fn bit(&mut self) -> Option<bool> {
-        let b = *self.bytes.get(self.pos / 8)?;
-        let v = (b >> (self.pos % 8)) & 1 == 1;
-        self.pos += 1;
-        Some(v)
+    /// At least the next 57 bits from `pos` (least significant first), zero past the end.
+    fn peek(&self) -> u64 {
+        let i = self.pos / 8;
+        let word = match self.bytes.get(i..i + 8).map(<[u8; 8]>::try_from) {
+            Some(Ok(w)) => w,
+            _ => {
+                let rest = self.bytes.get(i..).unwrap_or(&[]);
+                let mut w = [0u8; 8];
+                w[..rest.len().min(8)].copy_from_slice(&rest[..rest.len().min(8)]);
+                w
+            }
+        };
+        u64::from_le_bytes(word) >> (self.pos % 8)
     }
 
-    fn bits(&mut self, n: u32) -> Option<usize> {
-        let mut v = 0usize;
-        for i in 0..n {
-            v |= usize::from(self.bit()?) << i;
+    /// One kept value's code: its gap (Rice, parameter `r`), sign and, for `two` levels,
+    /// whether it is the high one. `None` when the stream ends or the gap's quotient
+    /// reaches `limit`. One read of the stream when the code fits in it.
+    fn value(
+        &mut self,
+        r: u32,
+        two: bool,
+        limit: impl Fn(usize) -> bool,
+    ) -> Option<(usize, bool, bool)> {
+        let w = self.peek();
+        let t = w.trailing_ones() as usize;
+        let need = t + r as usize + 2 + usize::from(two);
+        if need <= 57 && self.pos + need <= self.bytes.len() * 8 {
+            if limit(t) {
+                return None;
+            }
+            let rest = w >> (t + 1);
+            let gap = (t << r) | (rest & ((1u64 << r) - 1)) as usize;
+            let neg = (rest >> r) & 1 == 1;
+            let high = two && (rest >> (r + 1)) & 1 == 1;
+            self.pos += need;
+            return Some((gap, neg, high));
         }
-        Some(v)
+        let q = self.ones(limit)?;
+        let gap = (q << r) | self.bits(r)?;
+        let neg = self.bit()?;
+        let high = two && self.bit()?;
+        Some((gap, neg, high))
+    }
+
+    /// The next `n` (≤ 32) bits, or `None` past the end.
+    fn bits(&mut self, n: u32) -> Option<usize> {
+        if self.pos + n as usize > self.bytes.len() * 8 {
+            return None;
+        }
+        let v = self.peek() & ((1u64 << n) - 1);
+        self.pos += n as usize;
+        Some(v as usize)
+    }
+
+    fn bit(&mut self) -> Option<bool> {
+        self.bits(1).map(|b| b == 1)
+    }
+
+    /// A unary count: the ones before the next zero (consumed too). `None` when the stream
+    /// ends first or the count reaches `limit` (checked as it grows, so a long run of ones
+    /// is refused in steps of 57 bits, not read to its end).
+    fn ones(&mut self, limit: impl Fn(usize) -> bool) -> Option<usize> {
+        let mut q = 0usize;
+        loop {
+            let t = self.peek().trailing_ones() as usize;
+            if t < 57 {
+                // The zero ending the run must lie within the stream, not in the padding.
+                if self.pos + t >= self.bytes.len() * 8 || limit(q + t) {
+                    return None;
+                }
+                self.pos += t + 1;
+                return Some(q + t);
+            }
+            q += 57;
+            self.pos += 57;
+            if limit(q) {
+                return None;
+            }
+        }
     }
 }
 
-/// Encodes `x` into `out` (levels, then the bit stream).
+/// Encodes `x` into `out` (levels, then the bit stream). `x` is finite (the caller checks).
 pub(crate) fn encode(x: &[f32], block: usize, keep: usize, bits: u32, out: &mut Vec<u8>) {
     let r = rice(block, keep);
     let mut stream = Vec::new();
     let mut w = BitWriter { out: &mut stream, acc: 0, n: 0 };
-    let mut order: Vec<u32> = Vec::with_capacity(block);
+    let mut keys: Vec<u64> = Vec::with_capacity(block);
+    let mut kept_pos: Vec<u32> = Vec::with_capacity(keep.min(block));
+    // Largest magnitude first, ties by position, so the choice is the same everywhere: one
+    // integer key orders both (a finite magnitude orders as its bits; the position is
+    // inverted so that a smaller one ranks higher). Plain integer selection, no comparator
+    // reaching back into the block.
+    let descending = |a: &u64, b: &u64| b.cmp(a);
     for chunk in x.chunks(block) {
         let k = keep.min(chunk.len());
-        order.clear();
-        order.extend(0..chunk.len() as u32);
-        // Largest magnitude first; ties by position, so the choice is the same everywhere.
-        let by_size = |a: &u32, b: &u32| {
-            chunk[*b as usize].abs().total_cmp(&chunk[*a as usize].abs()).then(a.cmp(b))
-        };
+        keys.clear();
+        keys.extend(
+            chunk
+                .iter()
+                .enumerate()
+                .map(|(i, v)| u64::from(v.abs().to_bits()) << 32 | u64::from(!(i as u32))),
+        );
         if k < chunk.len() {
-            order.select_nth_unstable_by(k, by_size);
+            keys.select_nth_unstable_by(k, descending);
         }
-        let kept = &mut order[..k];
-        kept.sort_unstable_by(by_size);
-        let mean = |s: &[u32]| {
-            let sum: f64 = s.iter().map(|&i| f64::from(chunk[i as usize].abs())).sum();
+        let kept = &mut keys[..k];
+        let value = |key: u64| chunk[!(key as u32) as usize];
+        let mean = |s: &[u64]| {
+            let sum: f64 = s.iter().map(|&key| f64::from(value(key).abs())).sum();
             if s.is_empty() {
                 0.0
             } else {
@@ -137,7 +212,11 @@ pub(crate) fn encode(x: &[f32], block: usize, keep: usize, bits: u32, out: &mut 
         };
         let (lo, hi) = if bits == 2 {
             // Two levels: the means of the smaller and the larger half (one step of 2-means).
-            let (big, small) = kept.split_at(k.div_ceil(2));
+            let half = k.div_ceil(2);
+            if half < k {
+                kept.select_nth_unstable_by(half, descending);
+            }
+            let (big, small) = kept.split_at(half);
             let hi = mean(big);
             (if small.is_empty() { hi } else { mean(small) }, hi)
         } else {
@@ -148,9 +227,11 @@ pub(crate) fn encode(x: &[f32], block: usize, keep: usize, bits: u32, out: &mut 
         if bits == 2 {
             out.extend_from_slice(&hi.to_le_bytes());
         }
-        kept.sort_unstable();
+        kept_pos.clear();
+        kept_pos.extend(kept.iter().map(|&key| !(key as u32)));
+        kept_pos.sort_unstable();
         let mut next = 0u32;
-        for &pos in kept.iter() {
+        for &pos in &kept_pos {
             let v = chunk[pos as usize];
             let gap = (pos - next) as usize;
             w.ones(gap >> r);
@@ -203,20 +284,12 @@ pub(crate) fn decode(
         let (lo, hi) = if bits == 2 { (lv[2 * b], lv[2 * b + 1]) } else { (lv[b], lv[b]) };
         let mut next = 0usize;
         for _ in 0..keep.min(chunk.len()) {
-            let mut q = 0usize;
-            while rd.bit().ok_or(SparseFault::BadStream)? {
-                q += 1;
-                if q << r >= chunk.len() {
-                    return Err(SparseFault::BadStream);
-                }
-            }
-            let gap = (q << r) | rd.bits(r).ok_or(SparseFault::BadStream)?;
+            let (gap, neg, high) =
+                rd.value(r, bits == 2, |q| q << r >= chunk.len()).ok_or(SparseFault::BadStream)?;
             let pos = next + gap;
             if pos >= chunk.len() {
                 return Err(SparseFault::BadStream);
             }
-            let neg = rd.bit().ok_or(SparseFault::BadStream)?;
-            let high = bits == 2 && rd.bit().ok_or(SparseFault::BadStream)?;
             let m = if high { hi } else { lo };
             chunk[pos] = if neg { -m } else { m };
             next = pos + 1;
@@ -230,91 +303,4 @@ pub(crate) fn decode(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    proptest! {
-        /// Kept values are the block's largest, come back with their sign and within the
-        /// block's level range; the rest are zero; the body fits its bound.
-        #[test]
-        fn keeps_the_largest_with_their_signs(
-            x in prop::collection::vec(-1e3f32..1e3, 1..600),
-            block in 8usize..200,
-            keep_frac in 1usize..100,
-            two in any::<bool>(),
-        ) {
-            let bits = if two { 2 } else { 1 };
-            let keep = (block * keep_frac / 100).max(1);
-            let mut body = Vec::new();
-            encode(&x, block, keep, bits, &mut body);
-            prop_assert!(body.len() <= max_body_len(x.len(), block, keep, bits).unwrap());
-            let y = decode(&body, x.len(), block, keep, bits).unwrap();
-            for (bx, by) in x.chunks(block).zip(y.chunks(block)) {
-                let k = keep.min(bx.len());
-                let mut mags: Vec<f32> = bx.iter().map(|v| v.abs()).collect();
-                mags.sort_by(|a, b| b.total_cmp(a));
-                let (threshold, max) = (mags[k - 1], mags[0]);
-                prop_assert!(by.iter().filter(|v| **v != 0.0).count() <= k);
-                for (a, b) in bx.iter().zip(by) {
-                    if *b != 0.0 {
-                        prop_assert!(a.abs() >= threshold, "{a} kept below {threshold}");
-                        prop_assert_eq!(*a < 0.0, *b < 0.0);
-                        let slack = 1e-6 * max;
-                        prop_assert!(b.abs() >= threshold - slack && b.abs() <= max + slack);
-                    } else {
-                        // A value left out is no larger than the smallest kept one.
-                        prop_assert!(a.abs() <= threshold || threshold == 0.0);
-                    }
-                }
-            }
-        }
-
-        /// Any bytes either decode or are refused; never a panic.
-        #[test]
-        fn garbage_never_panics(
-            body in prop::collection::vec(any::<u8>(), 0..200),
-            numel in 1usize..300,
-            block in 8usize..64,
-            keep in 1usize..8,
-            two in any::<bool>(),
-        ) {
-            let _ = decode(&body, numel, block, keep, if two { 2 } else { 1 });
-        }
-    }
-
-    #[test]
-    fn one_bit_sends_signs_at_the_mean_magnitude() {
-        let x = [0.1, -4.0, 0.0, 2.0, 0.2, 0.0, 0.0, -0.3];
-        let mut body = Vec::new();
-        encode(&x, 8, 2, 1, &mut body);
-        assert_eq!(
-            decode(&body, 8, 8, 2, 1).unwrap(),
-            vec![0.0, -3.0, 0.0, 3.0, 0.0, 0.0, 0.0, 0.0]
-        );
-    }
-
-    #[test]
-    fn two_bits_keep_two_magnitudes() {
-        let x = [0.0, -8.0, 1.0, 6.0, 0.0, -1.0, 0.5, 0.0];
-        let mut body = Vec::new();
-        encode(&x, 8, 4, 2, &mut body);
-        let y = decode(&body, 8, 8, 4, 2).unwrap();
-        assert_eq!(y, vec![0.0, -7.0, 1.0, 7.0, 0.0, -1.0, 0.0, 0.0]);
-        // A trailing byte or a cut one is refused.
-        let mut long = body.clone();
-        long.push(0);
-        assert_eq!(decode(&long, 8, 8, 4, 2), Err(SparseFault::BadStream));
-        assert_eq!(decode(&body[..body.len() - 1], 8, 8, 4, 2), Err(SparseFault::BadStream));
-        let mut neg = body.clone();
-        neg[0..4].copy_from_slice(&(-1.0f32).to_le_bytes());
-        assert_eq!(decode(&neg, 8, 8, 4, 2), Err(SparseFault::BadLevel));
-    }
-
-    #[test]
-    fn the_bound_is_tight_enough_for_the_target() {
-        // 64 of 4096 at 2 bits: under 0.25 bits per value, levels included.
-        let len = max_body_len(1 << 20, 4096, 64, 2).unwrap();
-        assert!((len * 8) as f64 / f64::from(1 << 20) < 0.25, "{len}");
-    }
-}
+mod tests;
