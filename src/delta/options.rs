@@ -63,8 +63,10 @@ impl Codec {
 /// Smallest and largest quantisation block accepted on the wire.
 pub const BLOCK_RANGE: std::ops::RangeInclusive<usize> = 8..=65_536;
 
-/// Encoder settings.
+/// Encoder settings. An unknown field is refused, so a misspelt setting in a manifest
+/// is an error rather than a default.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct EncodeOptions {
     pub codec: Codec,
     /// Values per scale; within [`BLOCK_RANGE`]. 64 costs 1/16 byte per value in scales.

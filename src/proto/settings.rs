@@ -405,5 +405,10 @@ mod tests {
         assert!(Settings::new(bad).is_err());
         assert!(serde_json::from_str::<Settings>(r#"{"h": 0}"#).is_err());
         assert!(serde_json::from_str::<RawSettings>(r#"{"typo": 1}"#).is_err());
+        // Inside the codec's settings too: a misspelt decay is not silently 1.
+        let typo = r#"{"encode": {"codec": "top2", "block": 4096, "keep": 512,
+            "zstd_level": 3, "feedback_decy": 0.8}}"#;
+        let e = serde_json::from_str::<RawSettings>(typo).unwrap_err().to_string();
+        assert!(e.contains("feedback_decy"), "{e}");
     }
 }
