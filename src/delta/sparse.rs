@@ -258,15 +258,13 @@ pub(crate) enum SparseFault {
     BadStream,
 }
 
-/// Inverse of [`encode`]; `body` is the whole raw body (its length is checked here).
-pub(crate) fn decode(
+/// A body's per-block levels (checked: finite, not negative) and the bit stream after them.
+fn split_levels(
     body: &[u8],
     numel: usize,
     block: usize,
-    keep: usize,
     bits: u32,
-) -> Result<Vec<f32>, SparseFault> {
-    let r = rice(block, keep);
+) -> Result<(Vec<f32>, &[u8]), SparseFault> {
     let blocks = numel.div_ceil(block);
     let level_bytes = blocks.checked_mul(4 * levels(bits)).ok_or(SparseFault::BadStream)?;
     if body.len() < level_bytes {
@@ -278,6 +276,19 @@ pub(crate) fn decode(
     if lv.iter().any(|l| !l.is_finite() || *l < 0.0) {
         return Err(SparseFault::BadLevel);
     }
+    Ok((lv, stream))
+}
+
+/// Inverse of [`encode`]; `body` is the whole raw body (its length is checked here).
+pub(crate) fn decode(
+    body: &[u8],
+    numel: usize,
+    block: usize,
+    keep: usize,
+    bits: u32,
+) -> Result<Vec<f32>, SparseFault> {
+    let r = rice(block, keep);
+    let (lv, stream) = split_levels(body, numel, block, bits)?;
     let mut out = vec![0.0f32; numel];
     let mut rd = BitReader { bytes: stream, pos: 0 };
     for (b, chunk) in out.chunks_mut(block).enumerate() {

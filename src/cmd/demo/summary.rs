@@ -66,15 +66,18 @@ pub(super) fn summarise(
 ) -> anyhow::Result<Summary> {
     let mut out = Vec::new();
     let mut param_count = 0;
-    // Each peer's mean fragment round at the end.
-    let mut rounds = Vec::new();
+    let mut steps_per_period = 0.0f64;
     for (i, dir) in dirs.iter().enumerate() {
         let path = dir.join(status::FILE_NAME);
         let s: StatusFile =
             status::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
         let t = s.training.clone().unwrap_or_default();
         param_count = t.param_count;
-        rounds.push(t.round.iter().sum::<u64>() as f64 / t.round.len().max(1) as f64);
+        // Its mean fragment round at the end: the periods it took part in.
+        let rounds = t.round.iter().sum::<u64>() as f64 / t.round.len().max(1) as f64;
+        if rounds > 0.0 {
+            steps_per_period = steps_per_period.max(t.step as f64 / rounds);
+        }
         out.push(PeerSummary {
             peer_id: s.stats.peer_id.clone(),
             final_val_loss: t.final_val_loss,
@@ -94,12 +97,6 @@ pub(super) fn summarise(
     let mean_final_val_bpb = (bpbs.len() == out.len() && !bpbs.is_empty())
         .then(|| bpbs.iter().sum::<f64>() / bpbs.len() as f64);
     let steps = out.iter().map(|p| p.steps).max().unwrap_or(0);
-    let steps_per_period = out
-        .iter()
-        .zip(&rounds)
-        .filter(|(_, r)| **r > 0.0)
-        .map(|(p, r)| p.steps as f64 / r)
-        .fold(0.0, f64::max);
     let dp = 2 * param_count as u64 * 4 * steps;
     let max_sent = out.iter().map(|p| p.bytes_sent).max().unwrap_or(0).max(1);
     Ok(Summary {

@@ -93,16 +93,9 @@ fn by_bits(
     bits: u32,
 ) -> Result<Vec<f32>, SparseFault> {
     let r = rice(block, keep);
-    let level_bytes = numel.div_ceil(block) * 4 * levels(bits);
-    if body.len() < level_bytes {
-        return Err(SparseFault::BadStream);
-    }
-    let (level_bytes, stream) = body.split_at(level_bytes);
-    let lv: Vec<f32> =
-        level_bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
-    if lv.iter().any(|l| !l.is_finite() || *l < 0.0) {
-        return Err(SparseFault::BadLevel);
-    }
+    // The levels are read as the decoder reads them; the stream is what this reference reads
+    // on its own.
+    let (lv, stream) = split_levels(body, numel, block, bits)?;
     let pos = std::cell::Cell::new(0usize);
     let bit = || -> Result<bool, SparseFault> {
         let p = pos.get();
