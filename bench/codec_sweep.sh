@@ -3,6 +3,8 @@
 # seed, final val_bpb of the merged anchors, bytes sent per peer (the most by one peer) and
 # the states fetched per merge (adoptions not recomputed from their recipe). Usage:
 #   bench/codec_sweep.sh STEPS [SEEDS...]      (default seed 1; CELLS="0 2" picks cells)
+# Every cell runs the template's step_ms: the demo's own pace for 4 peers on this machine
+# (`atoll demo --step-ms`, timed once), or STEP_MS=MS.
 # Writes bench/out/codec-STEPS/table.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +15,7 @@ cargo build -q --bin atoll
 bin=target/debug/atoll
 out=bench/out/codec-$steps
 mkdir -p "$out"
-"$bin" demo --peers 1 --steps 1 --run-dir "$out/template" > /dev/null 2>&1
+"$bin" demo --peers 4 --steps 1 ${STEP_MS:+--step-ms "$STEP_MS"} --run-dir "$out/template" > /dev/null 2>&1
 # name | protocol overrides (JSON)
 cells=(
   'q4 (block 64)|{"encode": {"codec": "q4", "block": 64, "keep": 64, "zstd_level": 3}}'

@@ -29,7 +29,7 @@ mkdir -p "$out" bench/plots
 variants=("K=all|{\"quorum\": $peers}" 'K=1|{"quorum": 1, "gamma": 0.0}' 'K=1 grace|{"quorum": 1, "gamma": 0.5}')
 # The demo's manifest as a template (one peer, one step), then each variant's settings.
 [[ -n "${TABLE_ONLY:-}" ]] ||
-  "$exe" demo --peers 1 --steps 1 --run-dir "$out/template" >"$out/template.log" 2>&1
+  "$exe" demo --peers 1 --steps 1 --step-ms 250 --run-dir "$out/template" >"$out/template.log" 2>&1
 order=("${variants[@]}")
 [[ -z "${REVERSE:-}" ]] || order=("${variants[2]}" "${variants[1]}" "${variants[0]}")
 for v in "${order[@]}"; do

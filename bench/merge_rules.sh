@@ -9,7 +9,7 @@ bin=target/debug/atoll
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # The demo's manifest as a template (one step, one peer), then the tiny setup.
-"$bin" demo --peers 1 --steps 1 --run-dir "$work/template" > /dev/null 2>&1
+"$bin" demo --peers 1 --steps 1 --step-ms 250 --run-dir "$work/template" > /dev/null 2>&1
 seeds=("${@:-1 2}")
 # name | protocol overrides (JSON)
 cells=(

@@ -28,7 +28,7 @@ exe=${ATOLL:-target/debug/atoll}
 mkdir -p "$out" bench/plots
 
 [[ -n "${TABLE_ONLY:-}" ]] ||
-  "$exe" demo --peers 1 --steps 1 --run-dir "$out/template" >"$out/template.log" 2>&1
+  "$exe" demo --peers 1 --steps 1 --step-ms 250 --run-dir "$out/template" >"$out/template.log" 2>&1
 python3 - "$out/template/manifest.json" "$out/manifest.json" "$decay" <<'PY'
 import json, sys
 m = json.load(open(sys.argv[1]))

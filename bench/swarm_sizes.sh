@@ -23,7 +23,7 @@ for n in $sizes; do
   for c in 0 "$contributors"; do
     dir="$out/p$n-c$c"
     # The default manifest of this model, with `contributors` set.
-    "$exe" demo --peers 1 --steps 1 --model "$model" --run-dir "$dir.seed" >/dev/null 2>&1
+    "$exe" demo --peers 1 --steps 1 --step-ms 250 --model "$model" --run-dir "$dir.seed" >/dev/null 2>&1
     python3 - "$dir.seed/manifest.json" "$c" "$dir.json" <<'PY'
 import json, sys
 m = json.load(open(sys.argv[1]))

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::data::Corpus;
 use crate::delta::{Codec, EncodeOptions};
 use crate::proto::{RawSettings, Settings, SettingsError};
+use crate::train::preset::Preset;
 use crate::train::{TrainConfig, TrainError};
 
 /// Version of the manifest format.
@@ -68,6 +69,12 @@ pub fn default_protocol() -> RawSettings {
         encode: default_encode(),
         ..RawSettings::default()
     }
+}
+
+/// [`default_protocol`] for a run of `preset`: its rounds paced by the preset's reference
+/// step ([`Preset::step_ms`]; the default preset's is `default_protocol`'s own).
+pub fn preset_protocol(preset: Preset) -> RawSettings {
+    RawSettings { step_ms: preset.step_ms(), ..default_protocol() }
 }
 
 /// The default run's delta codec: in each block of 4,096 values the 512 largest, each a

@@ -6,6 +6,7 @@
 
 mod config;
 mod grad_io;
+pub mod pace;
 mod passes;
 pub mod preset;
 pub mod schedule;

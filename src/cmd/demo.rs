@@ -7,8 +7,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use atoll::backend::Backend;
+use atoll::data::Corpus;
 use atoll::fleet::{Process, Spec, Until};
 use atoll::manifest::Manifest;
+use atoll::train::pace;
 
 use super::swarm::{self, Console, Launcher};
 
@@ -18,6 +20,12 @@ mod summary;
 pub const SUMMARY_FILE: &str = "summary.json";
 /// How often the live lines are refreshed.
 const REFRESH: Duration = Duration::from_millis(500);
+/// How long the demo times inner steps before it writes the manifest.
+const MEASURE: Duration = Duration::from_secs(2);
+/// A peer's work besides its steps (validation, encoding, merging, the network), as a
+/// share of its step time: measured on the default model (bench/RESULTS.md, "A period of
+/// h steps on any machine").
+const MARGIN: f64 = 1.2;
 
 /// Arguments of `atoll demo`.
 #[derive(Debug, clap::Args)]
@@ -65,6 +73,13 @@ pub struct Args {
     /// Seconds after the first peer started when the --late-peers start.
     #[arg(long, value_name = "SECS")]
     pub late_after: Option<u64>,
+    /// The run's reference inner step in ms: its rounds come every h × MS ms. Default: an
+    /// inner step timed here with all the peers stepping at once, plus a fifth for the rest of
+    /// a peer's work, so that a period holds about h steps on this machine (never under the
+    /// preset's reference step or --min-step-ms). A --config manifest, and a swarm of
+    /// --slowdown or GPU peers, keeps its own unless this is given.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    pub step_ms: Option<u64>,
     /// A mixed swarm: the peers' backends in turn (peer I gets the I-th, cycling), e.g.
     /// `wgpu,flex`. Overrides --backend.
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
@@ -136,8 +151,9 @@ pub fn main(mut args: Args) -> anyhow::Result<()> {
     args.check()?;
     let started = Instant::now();
     swarm::prepare_dir(&args.run_dir, &[SUMMARY_FILE])?;
-    let (_, manifest) = args.run.open(Some(args.steps))?;
+    let (corpus, manifest) = args.run.open(Some(args.steps))?;
     args.run.fit(&manifest, args.peers + args.late_peers)?;
+    let manifest = paced(&args, manifest, &corpus)?;
     let manifest_path = swarm::save_manifest(&args.run_dir, &manifest)?;
     let length = match args.duration {
         Some(d) => format!("{d} s"),
@@ -188,6 +204,40 @@ pub fn main(mut args: Args) -> anyhow::Result<()> {
         bail!("the peers ended with different anchors (see {})", path.display());
     }
     Ok(())
+}
+
+/// `manifest` with the reference step of `--step-ms`, or of this machine (see
+/// [`atoll::train::pace`]) where the demo made the manifest and its peers are CPU peers at
+/// full speed.
+fn paced(args: &Args, mut manifest: Manifest, corpus: &Corpus) -> anyhow::Result<Manifest> {
+    let peers = args.peers + args.late_peers;
+    let step_ms = match args.step_ms {
+        Some(ms) => ms,
+        None if args.run.config.is_some()
+            || args.method != super::run::Method::Atoll
+            || args.slowdown != atoll::node::Slowdown::NONE
+            || (0..peers).any(|i| args.backend(i).is_gpu()) =>
+        {
+            return Ok(manifest);
+        }
+        None => {
+            println!("demo: timing an inner step with {peers} peers stepping at once…");
+            let rows = args.run.micro_batch.unwrap_or(0) as usize;
+            let (backend, train) = (args.run.backend, &manifest.train);
+            let step = pace::measure_step(train, backend, corpus, peers, rows, MEASURE)?;
+            let floor = manifest.protocol.step_ms.max(args.pace.min_step_ms.unwrap_or(0));
+            let ms = pace::step_ms(step, MARGIN, floor);
+            println!(
+                "demo: an inner step takes {} ms here; rounds every {} × {ms} ms (--step-ms)",
+                step.as_millis(),
+                manifest.protocol.h
+            );
+            ms
+        }
+    };
+    manifest.protocol.step_ms = step_ms;
+    manifest.validate()?;
+    Ok(manifest)
 }
 
 /// The command line of peer `index`.
@@ -270,5 +320,38 @@ fn run_swarm(
             bail!("the demo did not finish within --timeout {} s", args.timeout);
         }
         std::thread::sleep(REFRESH);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Demo {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    /// The `step_ms` of the manifest `atoll demo LINE` would write.
+    fn paced_ms(line: &[&str]) -> anyhow::Result<u64> {
+        let args = Demo::try_parse_from(std::iter::once("demo").chain(line.iter().copied()))?.args;
+        let (corpus, manifest) = args.run.open(Some(args.steps))?;
+        Ok(paced(&args, manifest, &corpus)?.protocol.step_ms)
+    }
+
+    #[test]
+    fn the_demo_paces_its_own_run_by_this_machine() {
+        // A tiny step takes milliseconds even with four peers: the preset's pace stands,
+        // or the step floor where it is longer.
+        assert_eq!(paced_ms(&["--model", "tiny"]).unwrap(), 250);
+        assert_eq!(paced_ms(&["--model", "tiny", "--min-step-ms", "330"]).unwrap(), 330);
+        // Chosen, or not measured: slowed peers keep the preset's pace.
+        assert_eq!(paced_ms(&["--model", "tiny", "--step-ms", "400"]).unwrap(), 400);
+        assert_eq!(paced_ms(&["--model", "base", "--slowdown", "2"]).unwrap(), 6_000);
+        // A period too short for the grace window is refused, with the reason.
+        let e = paced_ms(&["--model", "tiny", "--step-ms", "70"]).unwrap_err().to_string();
+        assert!(e.contains("period = h × step_ms = 700 ms"), "{e}");
     }
 }

@@ -95,9 +95,10 @@ fn net_config(args: &Args) -> anyhow::Result<NetConfig> {
 /// The manifest of this peer: `--config`, else the run dir's, else the default run.
 /// A run dir that already holds another manifest is refused with the difference.
 fn resolve_manifest(args: &Args, corpus: &atoll::data::Corpus) -> anyhow::Result<Manifest> {
-    let train = args.model.unwrap_or_default().train_config(TrainConfig::default().seed);
-    let default =
-        || Manifest::new(&args.run_name, train.clone(), corpus, manifest::default_protocol());
+    let preset = args.model.unwrap_or_default();
+    let train = preset.train_config(TrainConfig::default().seed);
+    let protocol = manifest::preset_protocol(preset);
+    let default = || Manifest::new(&args.run_name, train.clone(), corpus, protocol.clone());
     let manifest = known_manifest(args, Some(&default))?.unwrap_or_else(default);
     if let Some(preset) = args.model.filter(|_| manifest.train.model != train.model) {
         bail!(

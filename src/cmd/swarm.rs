@@ -107,7 +107,7 @@ pub fn manifest(
             if let Some(steps) = decay_steps {
                 train.schedule.decay_steps = steps.max(1);
             }
-            Manifest::new(SWARM_NAME, train, corpus, manifest::default_protocol())
+            Manifest::new(SWARM_NAME, train, corpus, manifest::preset_protocol(preset))
         }
     };
     manifest.epoch_unix_ms = status::unix_ms();

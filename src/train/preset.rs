@@ -47,6 +47,21 @@ impl Preset {
     }
 }
 
+impl Preset {
+    /// The reference inner step of a new run of this preset in ms (the manifest's
+    /// `step_ms`: a fragment is due every `h ×` this): about one step of a peer alone on a
+    /// 2-core machine (bench/RESULTS.md, "Model presets"), so that a period holds about `h`
+    /// steps there. Slower peers take fewer steps per period and send more bytes per step;
+    /// faster ones take more.
+    pub fn step_ms(self) -> u64 {
+        match self {
+            Self::Tiny | Self::Default => 250,
+            Self::Small => 1_000,
+            Self::Base => 6_000,
+        }
+    }
+}
+
 impl ModelConfig {
     /// Number of trainable parameters (what burn's `num_params` counts for [`crate::model::Lm`]).
     /// Saturating, like [`memory_estimate`]: shapes may not be validated yet.
@@ -212,6 +227,22 @@ mod tests {
         }
         // The base preset's shape is the one issue 24 measured (25M).
         assert_eq!(Preset::Base.train_config(0).model.num_params(), 25_613_568);
+    }
+
+    /// Larger presets pace their rounds by their slower steps; the default run's protocol,
+    /// and with it its run id, stays the one without a preset.
+    #[test]
+    fn each_preset_paces_a_valid_run() {
+        use crate::manifest::{default_protocol, preset_protocol};
+        let mut last = 0;
+        for preset in Preset::value_variants() {
+            let settings = crate::proto::Settings::new(preset_protocol(*preset)).unwrap();
+            assert_eq!(settings.period_ms(), settings.raw().h * preset.step_ms(), "{preset:?}");
+            assert!(preset.step_ms() >= last, "{preset:?} steps faster than a smaller preset");
+            last = preset.step_ms();
+        }
+        assert_eq!(preset_protocol(Preset::Default), default_protocol());
+        assert!(Preset::Base.step_ms() > Preset::Default.step_ms());
     }
 
     #[test]

@@ -1,0 +1,102 @@
+//! How long an inner step takes on this machine with several peers on it.
+//!
+//! A run's rounds are wall-clock: a fragment is due every `h × step_ms` ms. A local swarm
+//! whose peers step slower than `step_ms` therefore merges every few steps instead of every
+//! `h`, and sends that many more bytes per step; one whose peers step faster takes more
+//! steps per period. `atoll demo` measures the step here, with all its peers stepping at
+//! once, before it writes the manifest, so that a period holds about `h` steps on any
+//! machine.
+
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use super::{TrainConfig, TrainError, Trainer};
+use crate::backend::Backend;
+use crate::data::{Corpus, Shard};
+
+/// The wall time of one inner step of `config` when `peers` trainers step at the same time
+/// on this machine, each on its own shard with passes of `micro_batch` rows (0: the whole
+/// batch): after one step each to warm up, every trainer steps until `budget` has passed
+/// (at least once); the slowest trainer's mean step.
+pub fn measure_step(
+    config: &TrainConfig,
+    backend: Backend,
+    corpus: &Corpus,
+    peers: u32,
+    micro_batch: usize,
+    budget: Duration,
+) -> Result<Duration, TrainError> {
+    let peers = peers.max(1);
+    let start = Barrier::new(peers as usize);
+    let times: Vec<Result<Duration, TrainError>> = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..peers)
+            .map(|index| {
+                let start = &start;
+                s.spawn(move || {
+                    let shard = Shard { index, count: peers };
+                    let built = Trainer::new(config.clone(), backend, corpus, shard);
+                    // Every thread reaches the barrier, built or not, so none waits forever.
+                    let mut trainer = match built {
+                        Ok(mut t) => {
+                            t.set_micro_batch(micro_batch);
+                            t.step().map(|_| t).map_err(TrainError::from)
+                        }
+                        Err(e) => Err(e),
+                    };
+                    start.wait();
+                    let began = Instant::now();
+                    let mut steps = 0;
+                    if let Ok(t) = &mut trainer {
+                        while steps == 0 || began.elapsed() < budget {
+                            t.step()?;
+                            steps += 1;
+                        }
+                        t.read_loss();
+                    }
+                    trainer.map(|_| began.elapsed() / steps.max(1))
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().expect("a measuring thread panicked")).collect()
+    });
+    let mut slowest = Duration::ZERO;
+    for t in times {
+        slowest = slowest.max(t?);
+    }
+    Ok(slowest)
+}
+
+/// The `step_ms` of a local swarm's manifest: a measured step with `margin` for what a peer
+/// does besides stepping (validation, encoding, merging, the network), rounded up to 10 ms,
+/// and never below `floor` ms (the run's reference pace, or the peers' step floor).
+pub fn step_ms(measured: Duration, margin: f64, floor: u64) -> u64 {
+    let ms = (measured.as_secs_f64() * 1e3 * margin).ceil() as u64;
+    ms.div_ceil(10).saturating_mul(10).max(floor)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn step_ms_rounds_up_and_keeps_its_floor() {
+        let ms = Duration::from_millis;
+        assert_eq!(step_ms(ms(400), 1.25, 250), 500);
+        assert_eq!(step_ms(ms(401), 1.0, 250), 410);
+        assert_eq!(step_ms(ms(100), 1.25, 250), 250);
+        assert_eq!(step_ms(Duration::ZERO, 1.25, 0), 0);
+        assert_eq!(step_ms(ms(90), 1.0, 95), 95);
+    }
+
+    #[test]
+    fn a_step_is_measured_with_every_peer_stepping() {
+        let corpus = Corpus::embedded().unwrap();
+        let config = TrainConfig::tiny(1);
+        let budget = Duration::from_millis(200);
+        let step = measure_step(&config, Backend::Flex, &corpus, 2, 1, budget).unwrap();
+        assert!(step > Duration::ZERO && step < Duration::from_secs(5), "{step:?}");
+        let mut bad = config.clone();
+        bad.batch = 0;
+        assert!(measure_step(&bad, Backend::Flex, &corpus, 2, 0, budget).is_err());
+    }
+}
