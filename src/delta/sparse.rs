@@ -176,9 +176,19 @@ impl BitReader<'_> {
     }
 }
 
-/// Encodes `x` into `out` (levels, then the bit stream). `x` is finite (the caller checks).
-pub(crate) fn encode(x: &[f32], block: usize, keep: usize, bits: u32, out: &mut Vec<u8>) {
+/// Encodes `x` into `out` (levels, then the bit stream) and returns what [`decode`] reads
+/// from those bytes: each kept value is its block's stored level or its negation, the rest
+/// zero, so the sender's residual is the receivers' view without decoding its own body.
+/// `x` is finite (the caller checks).
+pub(crate) fn encode(
+    x: &[f32],
+    block: usize,
+    keep: usize,
+    bits: u32,
+    out: &mut Vec<u8>,
+) -> Vec<f32> {
     let r = rice(block, keep);
+    let mut values = vec![0.0f32; x.len()];
     let mut stream = Vec::new();
     let mut w = BitWriter { out: &mut stream, acc: 0, n: 0 };
     let mut keys: Vec<u64> = Vec::with_capacity(block);
@@ -188,7 +198,7 @@ pub(crate) fn encode(x: &[f32], block: usize, keep: usize, bits: u32, out: &mut 
     // inverted so that a smaller one ranks higher). Plain integer selection, no comparator
     // reaching back into the block.
     let descending = |a: &u64, b: &u64| b.cmp(a);
-    for chunk in x.chunks(block) {
+    for (chunk, sent) in x.chunks(block).zip(values.chunks_mut(block)) {
         let k = keep.min(chunk.len());
         keys.clear();
         keys.extend(
@@ -238,15 +248,22 @@ pub(crate) fn encode(x: &[f32], block: usize, keep: usize, bits: u32, out: &mut 
             w.put(0, 1);
             w.put(gap as u64, r);
             w.put(u64::from(v < 0.0), 1);
+            let mut level = lo;
             if bits == 2 {
                 let m = v.abs();
-                w.put(u64::from((m - lo).abs() > (hi - m).abs()), 1);
+                let high = (m - lo).abs() > (hi - m).abs();
+                w.put(u64::from(high), 1);
+                if high {
+                    level = hi;
+                }
             }
+            sent[pos as usize] = if v < 0.0 { -level } else { level };
             next = pos + 1;
         }
     }
     w.finish();
     out.extend_from_slice(&stream);
+    values
 }
 
 /// Why a sparse body was refused.

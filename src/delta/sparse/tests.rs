@@ -17,9 +17,12 @@ proptest! {
         let bits = if two { 2 } else { 1 };
         let keep = (block * keep_frac / 100).max(1);
         let mut body = Vec::new();
-        encode(&x, block, keep, bits, &mut body);
+        let sent = encode(&x, block, keep, bits, &mut body);
         prop_assert!(body.len() <= max_body_len(x.len(), block, keep, bits).unwrap());
         let y = decode(&body, x.len(), block, keep, bits).unwrap();
+        // The encoder's own view is the receivers', bit for bit.
+        let bits_of = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
+        prop_assert_eq!(bits_of(&sent), bits_of(&y));
         for (bx, by) in x.chunks(block).zip(y.chunks(block)) {
             let k = keep.min(bx.len());
             let mut mags: Vec<f32> = bx.iter().map(|v| v.abs()).collect();
