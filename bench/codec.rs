@@ -66,8 +66,6 @@ fn main() {
         ("Top2", sparse(Codec::Top2)),
         ("Top1", sparse(Codec::Top1)),
         ("Top2 512/4096 (the default run's)", atoll::manifest::default_encode()),
-        ("Mask2 512/4096", EncodeOptions { keep: 512, ..sparse(Codec::Mask2) }),
-        ("Mask1 1024/4096", EncodeOptions { keep: 1024, ..sparse(Codec::Mask1) }),
     ];
     println!("(top2/top1: 64 of each 4096 unless named; rel. L2 error of one delta, before error feedback)");
     for (name, opts) in cells {

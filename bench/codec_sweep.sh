@@ -34,10 +34,6 @@ cells=(
   'top2 256/4096, feedback decay 0.8|{"encode": {"codec": "top2", "block": 4096, "keep": 256, "zstd_level": 3, "feedback_decay": 0.8}}'
   'top2 512/4096, feedback decay 0.8|{"encode": {"codec": "top2", "block": 4096, "keep": 512, "zstd_level": 3, "feedback_decay": 0.8}}'
   'top2 1024/4096, feedback decay 0.8|{"encode": {"codec": "top2", "block": 4096, "keep": 1024, "zstd_level": 3, "feedback_decay": 0.8}}'
-  'mask2 512/4096|{"encode": {"codec": "mask2", "block": 4096, "keep": 512, "zstd_level": 3}}'
-  'mask2 512/4096, feedback decay 0.8|{"encode": {"codec": "mask2", "block": 4096, "keep": 512, "zstd_level": 3, "feedback_decay": 0.8}}'
-  'mask2 512/4096, no error feedback|{"encode": {"codec": "mask2", "block": 4096, "keep": 512, "zstd_level": 3, "feedback_decay": 0}}'
-  'mask1 1024/4096|{"encode": {"codec": "mask1", "block": 4096, "keep": 1024, "zstd_level": 3}}'
 )
 if [[ -n "${CELLS:-}" ]]; then
   mapfile -t picked < <(for i in $CELLS; do echo "${cells[$i]}"; done)

@@ -18,7 +18,6 @@
 //! business (per-tensor clipping against the round's own median, `proto::merge`).
 
 mod hash;
-mod mask;
 mod options;
 mod quant;
 mod sparse;
@@ -190,14 +189,8 @@ pub fn encode(
     }
     let keep = opts.wire_keep();
     // The top-k encoder returns what receivers will decode; the others' bytes are decoded.
-    let at = (meta.fragment, meta.round);
     let (block, raw, sent) = match opts.codec {
         Codec::F32 => (0, x.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>(), None),
-        c if c.is_masked() => {
-            let mut body = Vec::new();
-            mask::encode(&x, meta.fragment, meta.round, opts.block, keep, c.bits(), &mut body);
-            (opts.block, body, None)
-        }
         c if c.is_sparse() => {
             let mut body = Vec::new();
             let sent = sparse::encode(&x, opts.block, keep, c.bits(), &mut body);
@@ -211,7 +204,7 @@ pub fn encode(
     };
     let values = match sent {
         Some(values) => values,
-        None => body_values(opts.codec, &raw, delta.len(), block, keep, at)
+        None => body_values(opts.codec, &raw, delta.len(), block, keep)
             .map_err(|_| EncodeError::NonFinite(0))?,
     };
     // A block whose absmax is near f32::MAX can dequantise to ±inf (code × scale rounds
@@ -272,36 +265,28 @@ pub fn largest_payload(numel: usize) -> u64 {
 }
 
 /// Raw body length the header may declare for `codec`, `numel`, `block` and `keep`: exactly
-/// this for the dense and shared-mask codecs, at most this for the top-k ones (their length
-/// depends on where the kept values are).
+/// this for the dense codecs, at most this for the sparse ones (their length depends on
+/// where the kept values are).
 fn max_raw_len(codec: Codec, numel: usize, block: usize, keep: usize) -> Option<usize> {
     match codec {
         Codec::F32 => numel.checked_mul(4),
-        c if c.is_masked() => mask::body_len(numel, block, keep, c.bits()),
         c if c.is_sparse() => sparse::max_body_len(numel, block, keep, c.bits()),
         c => quant::body_len(numel, block, c.bits()),
     }
 }
 
-/// Turns a raw (uncompressed, length-checked) body of the delta for `(fragment, round)`
-/// into values.
+/// Turns a raw (uncompressed, length-checked) body into values.
 fn body_values(
     codec: Codec,
     raw: &[u8],
     numel: usize,
     block: usize,
     keep: usize,
-    (fragment, round): (u32, u64),
 ) -> Result<Vec<f32>, DecodeError> {
     match codec {
         Codec::F32 => {
             Ok(raw.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
         }
-        c if c.is_masked() => mask::decode(raw, numel, fragment, round, block, keep, c.bits())
-            .map_err(|f| match f {
-                mask::MaskFault::BadLevel => DecodeError::Corrupt("bad block level"),
-                mask::MaskFault::BadPadding => DecodeError::Corrupt("bad padding bits"),
-            }),
         c if c.is_sparse() => {
             sparse::decode(raw, numel, block, keep, c.bits()).map_err(|f| match f {
                 sparse::SparseFault::BadLevel => DecodeError::Corrupt("bad block level"),
@@ -346,8 +331,8 @@ pub fn decode(bytes: &[u8], spec: &FragmentSpec, limits: &Limits) -> Result<Deco
     }
     // Both lengths are checked before anything is allocated or decompressed.
     let bound = max_raw_len(h.codec, numel, block, keep).unwrap_or(usize::MAX);
-    let at_most = h.codec.is_sparse() && !h.codec.is_masked();
-    let raw_ok = if at_most { h.raw_len as usize <= bound } else { h.raw_len as usize == bound };
+    let raw_ok =
+        if h.codec.is_sparse() { h.raw_len as usize <= bound } else { h.raw_len as usize == bound };
     if !raw_ok {
         return Err(DecodeError::BodyLength { got: h.raw_len as usize, want: bound });
     }
@@ -373,7 +358,7 @@ pub fn decode(bytes: &[u8], spec: &FragmentSpec, limits: &Limits) -> Result<Deco
     if raw.len() != want_raw {
         return Err(DecodeError::BodyLength { got: raw.len(), want: want_raw });
     }
-    let values = body_values(h.codec, raw, numel, block, keep, (h.fragment, h.round))?;
+    let values = body_values(h.codec, raw, numel, block, keep)?;
     if let Some(i) = values.iter().position(|v| !v.is_finite()) {
         return Err(DecodeError::NonFinite(i));
     }

@@ -61,8 +61,6 @@ fn structured(u: &mut Unstructured) -> Result<()> {
         Codec::F32,
         Codec::Top2,
         Codec::Top1,
-        Codec::Mask2,
-        Codec::Mask1,
     ])?;
     let block = *u.choose(&[8usize, 16, 64, 100, 65_536])?;
     let zstd_level = *u.choose(&[0i32, 1, 3])?;

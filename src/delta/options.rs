@@ -20,11 +20,6 @@ pub enum Codec {
     Top2,
     /// Top-k per block with 1-bit values: a sign, at the block's mean kept magnitude.
     Top1,
-    /// `keep` values per block at positions that follow from the fragment and round
-    /// (the same for every peer, not sent), 2-bit values as `Top2`.
-    Mask2,
-    /// The shared positions of `Mask2` with 1-bit values as `Top1`.
-    Mask1,
 }
 
 impl Codec {
@@ -35,8 +30,6 @@ impl Codec {
             Codec::Q4 => 2,
             Codec::Top2 => 3,
             Codec::Top1 => 4,
-            Codec::Mask2 => 5,
-            Codec::Mask1 => 6,
         }
     }
 
@@ -47,8 +40,6 @@ impl Codec {
             2 => Some(Codec::Q4),
             3 => Some(Codec::Top2),
             4 => Some(Codec::Top1),
-            5 => Some(Codec::Mask2),
-            6 => Some(Codec::Mask1),
             _ => None,
         }
     }
@@ -58,19 +49,14 @@ impl Codec {
             Codec::F32 => 32,
             Codec::Q8 => 8,
             Codec::Q4 => 4,
-            Codec::Top2 | Codec::Mask2 => 2,
-            Codec::Top1 | Codec::Mask1 => 1,
+            Codec::Top2 => 2,
+            Codec::Top1 => 1,
         }
     }
 
-    /// Sends only `keep` values of each block, the rest zero.
+    /// Sends only the largest values of each block.
     pub fn is_sparse(self) -> bool {
-        matches!(self, Codec::Top2 | Codec::Top1 | Codec::Mask2 | Codec::Mask1)
-    }
-
-    /// Its positions follow from the fragment and round instead of being sent.
-    pub fn is_masked(self) -> bool {
-        matches!(self, Codec::Mask2 | Codec::Mask1)
+        matches!(self, Codec::Top2 | Codec::Top1)
     }
 }
 

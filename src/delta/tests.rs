@@ -25,9 +25,7 @@ fn codec_strategy() -> impl Strategy<Value = Codec> {
         Just(Codec::Q8),
         Just(Codec::Q4),
         Just(Codec::Top2),
-        Just(Codec::Top1),
-        Just(Codec::Mask2),
-        Just(Codec::Mask1)
+        Just(Codec::Top1)
     ]
 }
 
