@@ -55,13 +55,7 @@ fn structured(u: &mut Unstructured) -> Result<()> {
         tokens: u.arbitrary()?,
         steps: u.arbitrary::<u64>()?.max(1),
     };
-    let codec = *u.choose(&[
-        Codec::Q4,
-        Codec::Q8,
-        Codec::F32,
-        Codec::Top2,
-        Codec::Top1,
-    ])?;
+    let codec = *u.choose(&[Codec::Q4, Codec::Q8, Codec::F32, Codec::Top2, Codec::Top1])?;
     let block = *u.choose(&[8usize, 16, 64, 100, 65_536])?;
     let zstd_level = *u.choose(&[0i32, 1, 3])?;
     let keep = u.int_in_range(1..=block.min(80))?;

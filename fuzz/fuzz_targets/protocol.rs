@@ -120,7 +120,11 @@ impl Harness {
                 Effect::Core(o) => o,
                 // Served from the peer's own store (`Op::Serve`).
                 Effect::Offer { hash, payload, .. } => {
-                    assert_eq!(ContentHash::of(&payload), hash, "an offered payload matches its hash");
+                    assert_eq!(
+                        ContentHash::of(&payload),
+                        hash,
+                        "an offered payload matches its hash"
+                    );
                     continue;
                 }
                 Effect::Withdraw { .. } => continue,

@@ -80,6 +80,7 @@ impl Harness {
                     block: 64,
                     zstd_level: if c & 4 == 0 { 0 } else { 1 },
                     keep: 8,
+                    ..Default::default()
                 };
                 let Ok(enc) = delta::encode(meta, &d, None, &opts) else { return };
                 let mut bytes = enc.bytes.to_vec();
@@ -138,7 +139,8 @@ impl Harness {
                     round: r,
                     hash,
                     size,
-                    took: None, recipe: None,
+                    took: None,
+                    recipe: None,
                 });
                 self.feed(Event::Message { from: peer(from), msg });
             }
@@ -172,7 +174,8 @@ impl Harness {
                     round,
                     hash: self.hash(hash),
                     size,
-                    took: None, recipe: None,
+                    took: None,
+                    recipe: None,
                 });
                 self.feed(Event::Message { from: PeerId(from), msg });
             }
