@@ -41,8 +41,15 @@ use crate::rundir::status::{StatusFile, TrainingStatus};
 pub const NO_PEER_AFTER_MS: u64 = 10_000;
 /// The two views must disagree this long before islands are reported.
 pub const ISLAND_AFTER_MS: u64 = 30_000;
-/// A peer heard this recently (three heartbeats) is "heard lately".
+/// A peer of a small run heard this recently (three heartbeats) is "heard lately";
+/// larger runs space heartbeats out, and the window with them ([`fresh_ms`]).
 pub const FRESH_MS: u64 = 15_000;
+
+/// "Heard lately" in a view of `peers` peers: within three of their heartbeats.
+pub fn fresh_ms(peers: usize) -> u64 {
+    let every = crate::node::heartbeats::heartbeat_every(peers).as_millis();
+    u64::try_from(3 * every).unwrap_or(u64::MAX).max(FRESH_MS)
+}
 /// A running peer's status older than this means it stopped writing it.
 pub const STALE_STATUS_MS: u64 = 5_000;
 
@@ -127,11 +134,12 @@ pub fn diagnose(status: &StatusFile, swarm: Option<&SwarmView>, now_unix_ms: u64
     out
 }
 
-/// Peers heard within [`FRESH_MS`] of the view's write time.
+/// Peers heard within [`fresh_ms`] of the view's write time.
 fn fresh(v: &SwarmView) -> Vec<&PeerEntry> {
+    let window = fresh_ms(v.peers.len());
     v.peers
         .iter()
-        .filter(|p| v.updated_unix_ms.saturating_sub(p.received_unix_ms) <= FRESH_MS)
+        .filter(|p| v.updated_unix_ms.saturating_sub(p.received_unix_ms) <= window)
         .collect()
 }
 

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use atoll_net::Reachability;
 
 use super::{count, finding, fresh, secs, Check, Finding, Severity};
-use super::{FRESH_MS, ISLAND_AFTER_MS, NO_PEER_AFTER_MS};
+use super::{fresh_ms, ISLAND_AFTER_MS, NO_PEER_AFTER_MS};
 use crate::heartbeat::short_peer;
 use crate::heartbeat::table::SwarmView;
 use crate::rundir::status::StatusFile;
@@ -104,7 +104,7 @@ pub(super) fn islands(swarm: Option<&SwarmView>) -> Option<Finding> {
             "{} connected for over {}, no heartbeat in {} ({})",
             count(silent.len(), "run peer"),
             secs(ISLAND_AFTER_MS),
-            secs(FRESH_MS),
+            secs(fresh_ms(v.peers.len())),
             names(&silent)
         ));
     }

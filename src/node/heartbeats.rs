@@ -1,5 +1,5 @@
 //! A peer's heartbeats (see [`crate::heartbeat`]): it publishes its own every
-//! [`HEARTBEAT_EVERY`] (at start, and soon after a run peer connects, never closer than
+//! [`HEARTBEAT_EVERY`], more seldom in larger runs ([`heartbeat_every`]) (at start, and soon after a run peer connects, never closer than
 //! atoll-net's [`MIN_HEARTBEAT_GAP`]), keeps the table of the run's peers from theirs, and
 //! hands `swarm.json` to the disk thread. Training peers and `--no-train` peers alike.
 
@@ -12,8 +12,22 @@ use crate::heartbeat::table::{SwarmTable, SwarmView};
 use crate::heartbeat::{self, Heartbeat, HeartbeatError};
 use crate::rundir::status::TrainingStatus;
 
-/// How often a peer publishes its heartbeat.
+/// How often a peer of a small run publishes its heartbeat ([`heartbeat_every`]).
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
+/// A larger run spaces each peer's heartbeats by this much per run peer, so the run's
+/// heartbeats come about once a second however many peers it has (every peer receives and
+/// forwards every heartbeat: at 5 s each, 16 idle peers sent 8 KB/s each on heartbeats
+/// and member records, against under 1 KB/s at 4)…
+const HEARTBEAT_PER_PEER: Duration = Duration::from_secs(1);
+/// …up to this gap, half the time after which a silent peer leaves the table
+/// ([`EXPIRE_MS`](crate::heartbeat::table::EXPIRE_MS)).
+const HEARTBEAT_EVERY_MAX: Duration = Duration::from_secs(30);
+
+/// The gap between a peer's heartbeats in a run where it sees `run_peers` other peers.
+pub fn heartbeat_every(run_peers: usize) -> Duration {
+    let n = u32::try_from(run_peers.saturating_add(1)).unwrap_or(u32::MAX);
+    HEARTBEAT_PER_PEER.saturating_mul(n).clamp(HEARTBEAT_EVERY, HEARTBEAT_EVERY_MAX)
+}
 /// After a run peer connects, our next heartbeat goes out this soon (its subscription has
 /// reached us by then), so a newcomer sees the swarm within seconds.
 const SOON: Duration = Duration::from_secs(1);
@@ -75,11 +89,12 @@ impl Beacon {
         Some(heartbeat::encode(&hb))
     }
 
-    /// The heartbeat [`Beacon::due`] returned was published (`ok`) or reached nobody.
-    pub fn sent(&mut self, ok: bool, now: u64) {
+    /// The heartbeat [`Beacon::due`] returned was published (`ok`) or reached nobody;
+    /// this peer sees `run_peers` other peers of its run.
+    pub fn sent(&mut self, ok: bool, now: u64, run_peers: usize) {
         if ok {
             self.last_sent = Some(now);
-            self.next_at = now + ms(HEARTBEAT_EVERY);
+            self.next_at = now + ms(heartbeat_every(run_peers));
         } else {
             self.next_at = now + ms(RETRY);
         }
@@ -142,7 +157,7 @@ impl<N: super::Network> super::Loop<N> {
         let now = self.clock.unix_ms();
         if let Some(bytes) = self.beacon.due(stats, Some(&self.status), now) {
             let ok = self.net.publish_heartbeat(bytes).await.is_ok();
-            self.beacon.sent(ok, now);
+            self.beacon.sent(ok, now, stats.run_peers.len());
         }
         let me = self.net.peer_id();
         if let Some(view) = self.beacon.tick(&me, stats, Some(&self.status), now) {
@@ -198,16 +213,34 @@ mod tests {
         let stats = NetStats::default();
         let first = b.due(&stats, None, 1_000).expect("due at start");
         assert!(!heartbeat::decode(&first).unwrap().trains);
-        b.sent(false, 1_000);
+        b.sent(false, 1_000, 0);
         assert!(b.due(&stats, None, 1_500).is_none(), "retried after RETRY");
         assert!(b.due(&stats, None, 2_000).is_some());
-        b.sent(true, 2_000);
+        b.sent(true, 2_000, 0);
         b.soon(2_100);
         assert!(b.due(&stats, None, 3_100).is_none(), "never closer than MIN_HEARTBEAT_GAP");
         assert!(b.due(&stats, None, 4_000).is_some());
-        b.sent(true, 4_000);
+        b.sent(true, 4_000, 3);
         assert!(b.due(&stats, None, 8_999).is_none());
         assert!(b.due(&stats, None, 9_000).is_some());
+        // Among 15 other peers, one heartbeat every 16 s.
+        b.sent(true, 9_000, 15);
+        assert!(b.due(&stats, None, 24_999).is_none());
+        assert!(b.due(&stats, None, 25_000).is_some());
+    }
+
+    #[test]
+    fn a_runs_heartbeats_come_about_once_a_second_up_to_a_gap_the_table_keeps() {
+        assert_eq!(heartbeat_every(0), HEARTBEAT_EVERY);
+        assert_eq!(heartbeat_every(3), HEARTBEAT_EVERY);
+        for n in [7, 15, 20] {
+            let gap = heartbeat_every(n).as_secs_f64();
+            assert!((gap - (n + 1) as f64).abs() < 1e-9, "{n} peers: {gap} s");
+        }
+        assert_eq!(heartbeat_every(10_000), HEARTBEAT_EVERY_MAX);
+        assert_eq!(heartbeat_every(usize::MAX), HEARTBEAT_EVERY_MAX);
+        let expire = Duration::from_millis(crate::heartbeat::table::EXPIRE_MS);
+        assert!(HEARTBEAT_EVERY_MAX * 2 <= expire, "a live peer would leave the table");
     }
 
     #[test]

@@ -45,7 +45,7 @@ pub async fn serve_without_training<N: Network>(
                 let now = unix_ms();
                 if let Some(bytes) = beacon.due(&stats, None, now) {
                     let ok = net.publish_heartbeat(bytes).await.is_ok();
-                    beacon.sent(ok, now);
+                    beacon.sent(ok, now, stats.run_peers.len());
                 }
                 if let Some(view) = beacon.tick(&me, &stats, None, now) {
                     disk.write_swarm(view);

@@ -4,9 +4,10 @@
 //! to the run key hold every provider record of the run and answer every lookup with
 //! nobody, while their full k-bucket keeps honest members out of the routing tables that
 //! answer FIND_NODE. A newcomer that reached one honest member would then never learn of
-//! the others. So every member also publishes, every [`RECORD_EVERY`] and soon after a new
-//! member connects, a small record of its listen addresses on the run's members topic,
-//! signed like every gossip message. Gossip reaches the newcomer through the one honest
+//! the others. So every member also publishes, every [`RECORD_EVERY`] (more seldom in
+//! larger runs: [`record_every`]) and soon after a new member connects, a small record of
+//! its listen addresses on the run's members topic, signed like every gossip message.
+//! Gossip reaches the newcomer through the one honest
 //! member it has; the record's author is a member, and its addresses go into the same
 //! bounded dial queue as providers' (at most two addresses each, a few dials per tick), so
 //! a record cannot turn peers into a dialling botnet.
@@ -28,8 +29,20 @@ const MAGIC: &[u8; 4] = b"ATLM";
 pub const MAX_RECORD_ADDRS: usize = 8;
 /// Largest record on the wire.
 pub const MAX_RECORD_BYTES: usize = 1024;
-/// How often a member publishes its record.
+/// How often a member of a small run publishes its record ([`record_every`]).
 pub const RECORD_EVERY: Duration = Duration::from_secs(10);
+/// A larger run spaces each member's records by this much per member, so the run's
+/// records come about every second however many members it has (every member receives
+/// and forwards every record)…
+const RECORD_PER_MEMBER: Duration = Duration::from_secs(1);
+/// …up to this gap (provider lookups find members too: `EventLoop::discover`).
+const RECORD_EVERY_MAX: Duration = Duration::from_secs(60);
+
+/// The gap between a member's records when it is connected to `members` run peers.
+pub fn record_every(members: usize) -> Duration {
+    let n = u32::try_from(members.saturating_add(1)).unwrap_or(u32::MAX);
+    RECORD_PER_MEMBER.saturating_mul(n).clamp(RECORD_EVERY, RECORD_EVERY_MAX)
+}
 /// After a new member connects, the next record goes out this soon (once its
 /// subscription had time to reach us).
 pub const RECORD_SOON: Duration = Duration::from_secs(1);
@@ -99,7 +112,7 @@ impl EventLoop {
         match self.swarm.behaviour_mut().gossipsub.publish(topic, data) {
             Ok(_) => {
                 self.counters.announce.add_out(len);
-                self.record_due = Some(now + RECORD_EVERY);
+                self.record_due = Some(now + record_every(self.peers.members.len()));
             }
             // Nobody subscribed yet: try again next tick.
             Err(e) => debug!(error = %e, "member record not published"),
@@ -136,6 +149,15 @@ impl EventLoop {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_runs_records_come_about_once_a_second_up_to_a_minute_apart() {
+        assert_eq!(record_every(0), RECORD_EVERY);
+        assert_eq!(record_every(9), RECORD_EVERY);
+        assert_eq!(record_every(15), Duration::from_secs(16));
+        assert_eq!(record_every(10_000), RECORD_EVERY_MAX);
+        assert_eq!(record_every(usize::MAX), RECORD_EVERY_MAX);
+    }
 
     #[test]
     fn records_round_trip_and_junk_is_refused() {
