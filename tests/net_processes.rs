@@ -95,6 +95,26 @@ fn status_command_reads_a_stopped_peer() -> anyhow::Result<()> {
 }
 
 #[test]
+fn a_peer_without_training_serves_for_its_duration_then_stops() -> anyhow::Result<()> {
+    let root = common::test_dir("net-proc-");
+    let spec = Spec::serve(root.path().join("timed"), RUN_NAME).arg("--duration").arg("2");
+    let mut peer = Peer::start("timed", spec);
+    let code = peer.wait_exit(DEADLINE);
+    assert!(code.success(), "exit {code:?}\n{}", peer.log_tail());
+    assert!(!peer.status().context("no status after exit")?.running);
+    // --steps counts inner steps: a peer that does not train refuses it.
+    let out = Command::new(env!("CARGO_BIN_EXE_atoll"))
+        .args(["run", "--no-train", "--steps", "10", "--no-mdns"])
+        .arg("--run-dir")
+        .arg(root.path().join("steps"))
+        .output()?;
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--steps") && err.contains("--no-train"), "{err}");
+    Ok(())
+}
+
+#[test]
 fn corrupt_key_file_is_a_clear_error() -> anyhow::Result<()> {
     let root = tempfile::tempdir()?;
     std::fs::write(root.path().join("peer_key"), b"garbage")?;

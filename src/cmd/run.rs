@@ -294,13 +294,23 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         join::print_line(m.run_id(), &node.listen_addrs);
     }
     let (board, servers) = web::start(&args).await?;
+    let duration = args.duration.map(Duration::from_secs);
+    let stop = async move {
+        match duration {
+            Some(d) => tokio::select! {
+                () = shutdown_signal() => {}
+                () = tokio::time::sleep(d) => {}
+            },
+            None => shutdown_signal().await,
+        }
+    };
     // Heartbeats, the swarm table, status.json and swarm.json, as a training peer has.
     let served = node::serve_without_training(
         node.client.clone(),
         &mut node.events,
         args.run_dir.clone(),
         board,
-        shutdown_signal(),
+        stop,
         log_event,
     )
     .await;

@@ -1,7 +1,8 @@
 //! A peer's heartbeats (see [`crate::heartbeat`]): it publishes its own every
-//! [`HEARTBEAT_EVERY`], more seldom in larger runs ([`heartbeat_every`]) (at start, and soon after a run peer connects, never closer than
-//! atoll-net's [`MIN_HEARTBEAT_GAP`]), keeps the table of the run's peers from theirs, and
-//! hands `swarm.json` to the disk thread. Training peers and `--no-train` peers alike.
+//! [`HEARTBEAT_EVERY`], more seldom in larger runs ([`heartbeat_every`]) (at start, and
+//! soon after a run peer connects, never closer than atoll-net's [`MIN_HEARTBEAT_GAP`]),
+//! keeps the table of the run's peers from theirs, and hands `swarm.json` to the disk
+//! thread. Training peers and `--no-train` peers alike.
 
 use std::time::Duration;
 
@@ -15,9 +16,9 @@ use crate::rundir::status::TrainingStatus;
 /// How often a peer of a small run publishes its heartbeat ([`heartbeat_every`]).
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
 /// A larger run spaces each peer's heartbeats by this much per run peer, so the run's
-/// heartbeats come about once a second however many peers it has (every peer receives and
-/// forwards every heartbeat: at 5 s each, 16 idle peers sent 8 KB/s each on heartbeats
-/// and member records, against under 1 KB/s at 4)…
+/// heartbeats come about once a second however many peers it has: every peer receives
+/// and forwards every heartbeat (16 idle peers sent 16.7 KB/s each with heartbeats every
+/// 5 s and member records every 10 s, 9.6 KB/s with both spaced; bench/RESULTS.md)…
 const HEARTBEAT_PER_PEER: Duration = Duration::from_secs(1);
 /// …up to this gap, half the time after which a silent peer leaves the table
 /// ([`EXPIRE_MS`](crate::heartbeat::table::EXPIRE_MS)).

@@ -41,9 +41,10 @@ pub struct Args {
     #[arg(long, value_enum, conflicts_with_all = ["config", "join"])]
     pub model: Option<atoll::train::preset::Preset>,
     /// Train until this many inner steps in total, then merge until the swarm is quiet.
-    #[arg(long, conflicts_with = "duration")]
+    #[arg(long, conflicts_with_all = ["duration", "no_train"])]
     pub steps: Option<u64>,
-    /// Train for this many seconds, then merge until the swarm is quiet.
+    /// Train for this many seconds, then merge until the swarm is quiet (with --no-train:
+    /// serve this long, then stop; without, until stopped).
     #[arg(long, value_name = "SECS")]
     pub duration: Option<u64>,
     /// Train on this text file, JSONL file (`*.jsonl`, one `{"text": …}` per line) or
