@@ -1,7 +1,7 @@
 //! The CI-sized chaos run: `atoll chaos` with four tiny peers, kills, restarts and pauses on
 //! a seeded schedule, against a failure-free run of the same manifest. Nobody exits
 //! abnormally, every restarted peer contributes again, the anchors agree, and the loss
-//! stays within 5% of the failure-free run. The same harness drives an elastic
+//! stays within 8% of the failure-free run. The same harness drives an elastic
 //! data-parallel group under a kill: it keeps training without the killed member, and the
 //! tokens that reach its model fall below the failure-free run's. The long runs are in
 //! bench/RESULTS.md.
@@ -50,7 +50,10 @@ fn a_swarm_under_kills_restarts_and_pauses_loses_almost_nothing() {
     assert_eq!(int("restarts"), int("kills"), "{stdout}");
     assert_eq!(int("rejoined"), int("restarts"), "a restarted peer did not contribute: {stdout}");
     let (bpb, base) = (num("final_val_bpb"), num("baseline_val_bpb"));
-    assert!(bpb <= base * 1.05, "val_bpb {bpb} vs {base} without failures: {stdout}");
+    // Two noisy runs compared: the failure-free run alone read 3.268, 3.336 and 3.414 on
+    // one machine (2026-11-29), the chaos run 3.459, 3.424 and 3.387 beside them (+5.8%,
+    // +2.6%, −0.8%); a 5% bound failed one of two full CI runs on noise alone: 8%.
+    assert!(bpb <= base * 1.08, "val_bpb {bpb} vs {base} without failures: {stdout}");
     assert!(num("goodput") > 0.5 && num("goodput") <= 1.05, "{stdout}");
     assert!(num("uptime") > 0.8, "{stdout}");
     eprintln!(
