@@ -24,6 +24,15 @@ pub const HEARTBEAT_BURST: f64 = 5.0;
 pub const HEARTBEAT_RATE: f64 = 0.5;
 /// The shortest gap between two heartbeats of an honest peer.
 pub const MIN_HEARTBEAT_GAP: Duration = Duration::from_secs(2);
+/// The gap between one peer's messages on a topic every one of `peers` peers of a run
+/// publishes on (heartbeats, member records), so the run's messages come about once a
+/// second: `peers` seconds, within `floor..=cap`. Every peer receives and forwards every
+/// such message, so a fixed gap would cost each peer traffic in the run's size.
+pub fn spread(peers: usize, floor: Duration, cap: Duration) -> Duration {
+    let n = u32::try_from(peers).unwrap_or(u32::MAX);
+    Duration::from_secs(1).saturating_mul(n).clamp(floor, cap)
+}
+
 /// Strikes for each heartbeat over an author's rate (8 ban it; an honest author never
 /// exceeds its bucket).
 pub const FLOOD_STRIKE: f64 = 1.0;

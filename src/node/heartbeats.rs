@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use atoll_net::heartbeat::MIN_HEARTBEAT_GAP;
+use atoll_net::heartbeat::{spread, MIN_HEARTBEAT_GAP};
 use atoll_net::{NetStats, PeerId};
 
 use crate::heartbeat::table::{SwarmTable, SwarmView};
@@ -15,19 +15,16 @@ use crate::rundir::status::TrainingStatus;
 
 /// How often a peer of a small run publishes its heartbeat ([`heartbeat_every`]).
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
-/// A larger run spaces each peer's heartbeats by this much per run peer, so the run's
-/// heartbeats come about once a second however many peers it has: every peer receives
-/// and forwards every heartbeat (16 idle peers sent 16.7 KB/s each with heartbeats every
-/// 5 s and member records every 10 s, 9.6 KB/s with both spaced; bench/RESULTS.md)…
-const HEARTBEAT_PER_PEER: Duration = Duration::from_secs(1);
-/// …up to this gap, half the time after which a silent peer leaves the table
-/// ([`EXPIRE_MS`](crate::heartbeat::table::EXPIRE_MS)).
+/// The longest gap between a peer's heartbeats in a large run: half the time after which
+/// a silent peer leaves the table ([`EXPIRE_MS`](crate::heartbeat::table::EXPIRE_MS)).
 const HEARTBEAT_EVERY_MAX: Duration = Duration::from_secs(30);
 
-/// The gap between a peer's heartbeats in a run where it sees `run_peers` other peers.
+/// The gap between a peer's heartbeats in a run where it sees `run_peers` other peers: one
+/// second per peer of the run (atoll-net's [`spread`]: 16 idle peers sent 16.7 KB/s each
+/// with heartbeats every 5 s and member records every 10 s, 9.6 KB/s with both spread;
+/// bench/RESULTS.md), 5 s to 30 s.
 pub fn heartbeat_every(run_peers: usize) -> Duration {
-    let n = u32::try_from(run_peers.saturating_add(1)).unwrap_or(u32::MAX);
-    HEARTBEAT_PER_PEER.saturating_mul(n).clamp(HEARTBEAT_EVERY, HEARTBEAT_EVERY_MAX)
+    spread(run_peers.saturating_add(1), HEARTBEAT_EVERY, HEARTBEAT_EVERY_MAX)
 }
 /// After a run peer connects, our next heartbeat goes out this soon (its subscription has
 /// reached us by then), so a newcomer sees the swarm within seconds.

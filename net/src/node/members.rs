@@ -31,17 +31,14 @@ pub const MAX_RECORD_ADDRS: usize = 8;
 pub const MAX_RECORD_BYTES: usize = 1024;
 /// How often a member of a small run publishes its record ([`record_every`]).
 pub const RECORD_EVERY: Duration = Duration::from_secs(10);
-/// A larger run spaces each member's records by this much per member, so the run's
-/// records come about every second however many members it has (every member receives
-/// and forwards every record)…
-const RECORD_PER_MEMBER: Duration = Duration::from_secs(1);
-/// …up to this gap (provider lookups find members too: `EventLoop::discover`).
+/// The longest gap between a member's records in a large run (provider lookups find
+/// members too: `EventLoop::discover`).
 const RECORD_EVERY_MAX: Duration = Duration::from_secs(60);
 
-/// The gap between a member's records when it is connected to `members` run peers.
+/// The gap between a member's records when it is connected to `members` run peers: one
+/// second per member of the run ([`crate::heartbeat::spread`]), 10 s to a minute.
 pub fn record_every(members: usize) -> Duration {
-    let n = u32::try_from(members.saturating_add(1)).unwrap_or(u32::MAX);
-    RECORD_PER_MEMBER.saturating_mul(n).clamp(RECORD_EVERY, RECORD_EVERY_MAX)
+    crate::heartbeat::spread(members.saturating_add(1), RECORD_EVERY, RECORD_EVERY_MAX)
 }
 /// After a new member connects, the next record goes out this soon (once its
 /// subscription had time to reach us).
