@@ -1,4 +1,4 @@
-//! Gossip messages: `proto::decode_message` (JSON envelope) and the node's
+//! Gossip messages: `proto::decode_message` (the binary layout) and the node's
 //! `run_id[32] ‖ message` wrapper (`node::wire::decode`). Both face strangers.
 #![no_main]
 

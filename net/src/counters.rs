@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
+use crate::streamkind::StreamKind;
+
 /// Sent and received bytes of one protocol, one peer or the whole node.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ByteCount {
@@ -49,6 +51,9 @@ pub struct Counters {
     pub announce: ByteCounter,
     /// Raw bytes of relayed connections (circuits), as the relay carried them.
     pub relayed: ByteCounter,
+    /// The bytes of [`Counters::transport`] by the protocol of their substream, indexed by
+    /// [`StreamKind::index`].
+    pub streams: [ByteCounter; StreamKind::ALL.len()],
     /// Inbound blob requests that failed to decode. Counted in the codec, which does not
     /// know the peer (request-response does not report read failures upward).
     pub blob_malformed: AtomicU64,
@@ -145,7 +150,9 @@ pub struct NetStats {
     /// All substream bytes (see [`Counters::transport`]).
     pub bytes_sent: u64,
     pub bytes_received: u64,
-    /// Bytes per protocol: "transport", "blob", "announce".
+    /// Bytes per protocol: "transport" (every substream byte), "blob" and "announce"
+    /// (payloads as encoded), and "stream/<family>" (the substream bytes of one protocol
+    /// family, framing included: "stream/gossipsub", "stream/kad", ...).
     pub protocols: BTreeMap<String, ByteCount>,
     /// Blob and announcement payload bytes per peer (bounded to the most recent peers).
     pub peers: BTreeMap<String, ByteCount>,

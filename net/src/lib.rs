@@ -11,6 +11,8 @@
 //!   gossipsub with peer scoring, blob request-response, mDNS) and their settings.
 //! - `addr`: what an address says (loopback, unspecified), for the behaviour and the node.
 //! - [`transport`]: TCP+noise+yamux or QUIC, every substream byte counted.
+//! - [`streamkind`]: a substream's protocol family, read from its multistream-select
+//!   opening, so the transport counts bytes per protocol.
 //! - [`advert`]: the run's manifest hash in identify's agent version, and reading it back.
 //! - [`announce`]: the versioned envelope of announcements and its checks.
 //! - [`heartbeat`]: the run's heartbeat topic (opaque bytes, bounded, rate-limited per author).
@@ -59,6 +61,7 @@ pub mod limiter;
 pub mod logthrottle;
 pub mod nat;
 pub mod node;
+pub mod streamkind;
 pub mod swarmkey;
 pub mod transport;
 

@@ -18,9 +18,9 @@ use libp2p::core::upgrade::Version;
 use libp2p::pnet::{PnetConfig, PreSharedKey};
 use libp2p::{identity::Keypair, noise, quic, relay, tcp, yamux, PeerId, Transport};
 
-use crate::counters::ByteCounter;
-use crate::counters::Counters;
+use crate::counters::{ByteCount, ByteCounter, Counters};
 use crate::error::NetError;
+use crate::streamkind::{Sniffer, StreamKind};
 
 /// Time allowed for the noise and yamux handshakes of a TCP connection.
 const TCP_UPGRADE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -46,7 +46,7 @@ pub fn build(
     let relay = relay.map(move |conn, _| Counted {
         inner: conn,
         counters: circuits.clone(),
-        circuit: true,
+        kind: Kind::Circuit,
     });
     let streams = OrTransport::new(relay, tcp);
     let streams: Boxed<(PeerId, StreamMuxerBox)> = match swarm_key {
@@ -101,8 +101,16 @@ struct CountingMuxer {
 }
 
 impl CountingMuxer {
-    fn wrap(&self, s: SubstreamBox) -> CountingStream {
-        Counted { inner: s, counters: self.counters.clone(), circuit: false }
+    fn wrap(&self, s: SubstreamBox, opener: Direction) -> CountingStream {
+        Counted {
+            inner: s,
+            counters: self.counters.clone(),
+            kind: Kind::Sniffing {
+                opener,
+                sniffer: Sniffer::default(),
+                pending: ByteCount::default(),
+            },
+        }
     }
 }
 
@@ -115,7 +123,7 @@ impl StreamMuxer for CountingMuxer {
         cx: &mut Context<'_>,
     ) -> Poll<Result<CountingStream, io::Error>> {
         let s = futures::ready!(Pin::new(&mut self.inner).poll_inbound(cx))?;
-        Poll::Ready(Ok(self.wrap(s)))
+        Poll::Ready(Ok(self.wrap(s, Direction::In)))
     }
 
     fn poll_outbound(
@@ -123,7 +131,7 @@ impl StreamMuxer for CountingMuxer {
         cx: &mut Context<'_>,
     ) -> Poll<Result<CountingStream, io::Error>> {
         let s = futures::ready!(Pin::new(&mut self.inner).poll_outbound(cx))?;
-        Poll::Ready(Ok(self.wrap(s)))
+        Poll::Ready(Ok(self.wrap(s, Direction::Out)))
     }
 
     fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), io::Error>> {
@@ -149,19 +157,96 @@ impl StreamMuxer for CountingMuxer {
 type CountingStream = Counted<SubstreamBox>;
 
 /// A byte stream that counts what passes through it: a substream (into
-/// [`Counters::transport`]) or a relay circuit (into [`Counters::relayed`]).
+/// [`Counters::transport`] and, once its protocol is known, [`Counters::streams`]) or a
+/// relay circuit (into [`Counters::relayed`]).
 struct Counted<S> {
     inner: S,
     counters: Arc<Counters>,
-    circuit: bool,
+    kind: Kind,
+}
+
+/// The side of a substream whose bytes name its protocol: the side that opened it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    /// The remote opened it: read what arrives.
+    In,
+    /// We opened it: read what we write.
+    Out,
+}
+
+/// Where a stream's bytes are counted besides the totals.
+enum Kind {
+    /// A relay circuit: a whole connection, not one protocol.
+    Circuit,
+    /// A substream whose protocol is not named yet; its bytes so far wait in `pending`.
+    Sniffing {
+        opener: Direction,
+        sniffer: Sniffer,
+        pending: ByteCount,
+    },
+    Known(StreamKind),
 }
 
 impl<S> Counted<S> {
     fn counter(&self) -> &ByteCounter {
-        if self.circuit {
+        if matches!(self.kind, Kind::Circuit) {
             &self.counters.relayed
         } else {
             &self.counters.transport
+        }
+    }
+
+    /// Counts `bytes` that went `dir`, per protocol once the protocol is known.
+    fn count(&mut self, dir: Direction, bytes: &[u8]) {
+        let n = bytes.len() as u64;
+        if dir == Direction::In {
+            self.counter().add_in(n);
+        } else {
+            self.counter().add_out(n);
+        }
+        let named = match &mut self.kind {
+            Kind::Circuit => return,
+            Kind::Known(kind) => {
+                add(&self.counters.streams[kind.index()], dir, n);
+                return;
+            }
+            Kind::Sniffing { opener, sniffer, pending } => {
+                match dir {
+                    Direction::In => pending.received += n,
+                    Direction::Out => pending.sent += n,
+                }
+                if *opener != dir {
+                    return;
+                }
+                match sniffer.feed(bytes) {
+                    Some(kind) => (kind, *pending),
+                    None => return,
+                }
+            }
+        };
+        self.settle(named.0, named.1);
+    }
+
+    fn settle(&mut self, kind: StreamKind, pending: ByteCount) {
+        let counter = &self.counters.streams[kind.index()];
+        counter.add_in(pending.received);
+        counter.add_out(pending.sent);
+        self.kind = Kind::Known(kind);
+    }
+}
+
+fn add(counter: &ByteCounter, dir: Direction, n: u64) {
+    match dir {
+        Direction::In => counter.add_in(n),
+        Direction::Out => counter.add_out(n),
+    }
+}
+
+impl<S> Drop for Counted<S> {
+    /// A substream that closed before naming its protocol counts as `Other`.
+    fn drop(&mut self) {
+        if let Kind::Sniffing { pending, .. } = self.kind {
+            self.settle(StreamKind::Other, pending);
         }
     }
 }
@@ -173,7 +258,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
         buf: &mut [u8],
     ) -> Poll<io::Result<usize>> {
         let n = futures::ready!(Pin::new(&mut self.inner).poll_read(cx, buf))?;
-        self.counter().add_in(n as u64);
+        self.count(Direction::In, &buf[..n]);
         Poll::Ready(Ok(n))
     }
 }
@@ -185,7 +270,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let n = futures::ready!(Pin::new(&mut self.inner).poll_write(cx, buf))?;
-        self.counter().add_out(n as u64);
+        self.count(Direction::Out, &buf[..n]);
         Poll::Ready(Ok(n))
     }
 

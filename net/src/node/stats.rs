@@ -20,6 +20,12 @@ impl EventLoop {
         protocols.insert("transport".to_string(), transport);
         protocols.insert("blob".to_string(), self.counters.blob.get());
         protocols.insert("announce".to_string(), self.counters.announce.get());
+        for kind in crate::streamkind::StreamKind::ALL {
+            let count = self.counters.streams[kind.index()].get();
+            if count != crate::counters::ByteCount::default() {
+                protocols.insert(format!("stream/{}", kind.as_str()), count);
+            }
+        }
         let (blobs_stored, store_bytes) = {
             let s = self.store.lock().unwrap_or_else(|p| p.into_inner());
             (s.len(), s.used_bytes())

@@ -145,3 +145,32 @@ async fn upload_cap_holds_the_rate() -> anyhow::Result<()> {
     assert!(secs >= floor * 0.95, "took {secs:.2} s, the cap allows no less than {floor:.2} s");
     stop_all(vec![src, dst]).await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn substream_bytes_are_counted_per_protocol() -> anyhow::Result<()> {
+    let a = start(Opts::default()).await?;
+    let b = start_from(&a).await?;
+    let data = Bytes::from(seeded_bytes(3, 3 * CHUNK_SIZE));
+    let hash = a.client.put_blob(data.clone())?;
+    let source = [a.client.peer_id()];
+    wait_until("b connected to a", || sees_exactly(&b, &source)).await?;
+    assert_eq!(b.client.fetch_blob(hash, &source).await?, data);
+    let len = data.len() as u64;
+    for (node, fetched) in [(&b, true), (&a, false)] {
+        let s = node.client.stats().await?;
+        let stream = |name: &str| s.protocols.get(&format!("stream/{name}")).copied();
+        let blob = stream("blob").unwrap_or_default();
+        let moved = if fetched { blob.received } else { blob.sent };
+        assert!(moved >= len, "blob stream bytes {blob:?} for {len} payload bytes: {s:?}");
+        assert!(stream("identify").is_some_and(|c| c.sent > 0 && c.received > 0), "{s:?}");
+        // Streams still opening are counted in the total only.
+        let (sent, received) = s
+            .protocols
+            .iter()
+            .filter(|(k, _)| k.starts_with("stream/"))
+            .fold((0, 0), |(t, r), (_, c)| (t + c.sent, r + c.received));
+        assert!(sent <= s.bytes_sent && received <= s.bytes_received, "{s:?}");
+        assert!(sent * 10 >= s.bytes_sent * 9, "most bytes named: {sent} of {}", s.bytes_sent);
+    }
+    stop_all(vec![a, b]).await
+}
