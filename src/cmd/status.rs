@@ -141,6 +141,7 @@ fn human(s: &StatusFile) -> String {
         bytes(st.protocols.get("announce").map_or(0, |b| b.sent)),
         bytes(st.protocols.get("announce").map_or(0, |b| b.received)),
     );
+    out += &wire(st);
     out += &format!("store    {} blobs, {}\n", st.blobs_stored, bytes(st.store_bytes));
     if !st.rejects.is_empty() || st.penalised > 0 {
         let r: Vec<String> = st.rejects.iter().map(|(k, v)| format!("{k} {v}")).collect();
@@ -173,6 +174,21 @@ fn human(s: &StatusFile) -> String {
     }
     out += &format!("uptime   {} s\n", st.uptime_secs);
     out
+}
+
+/// Every byte on the wire by protocol, the busiest first; empty for a status without them.
+fn wire(st: &atoll_net::NetStats) -> String {
+    let mut streams: Vec<(&str, &atoll_net::ByteCount)> =
+        st.protocols.iter().filter_map(|(k, c)| Some((k.strip_prefix("stream/")?, c))).collect();
+    if streams.is_empty() {
+        return String::new();
+    }
+    streams.sort_by_key(|&(k, c)| (std::cmp::Reverse(c.sent + c.received), k));
+    let parts: Vec<String> = streams
+        .iter()
+        .map(|(k, c)| format!("{k} {} / {}", bytes(c.sent), bytes(c.received)))
+        .collect();
+    format!("wire     {} (sent / received)\n", parts.join(", "))
 }
 
 /// What the peer refused, by cause, and the peers most refusals were owed to; empty when
@@ -218,6 +234,27 @@ mod tests {
         assert!(text.contains("sampled  period [1, 4] (12 snapshots banked, 3 unsent)"), "{text}");
         // A peer contributing every round is not told about sampling.
         assert!(!human(&status(vec![1, 1])).contains("sampled"));
+    }
+
+    #[test]
+    fn the_wire_line_puts_the_busiest_protocol_first() {
+        let mut s = status(vec![1]);
+        assert!(!human(&s).contains("wire"), "no stream counts, no line");
+        let count = |sent, received| atoll_net::ByteCount { sent, received };
+        s.stats.protocols = [
+            ("transport", count(12_000_000, 12_000_000)),
+            ("stream/kad", count(700_000, 700_000)),
+            ("stream/gossipsub", count(9_000_000, 9_100_000)),
+            ("stream/blob", count(1_200_000, 1_000_000)),
+        ]
+        .map(|(k, c)| (k.to_owned(), c))
+        .into();
+        let text = human(&s);
+        let line = text.lines().find(|l| l.starts_with("wire")).expect("a wire line");
+        let order: Vec<usize> =
+            ["gossipsub", "blob", "kad"].iter().map(|k| line.find(k).unwrap()).collect();
+        assert!(order.windows(2).all(|w| w[0] < w[1]), "{line}");
+        assert!(!line.contains("transport"), "{line}");
     }
 
     #[test]
