@@ -207,10 +207,10 @@ pub fn decode_message(bytes: &[u8]) -> Result<Message, MessageError> {
             let took = if flags & HAS_TOOK != 0 { Some(r.u32()?) } else { None };
             let recipe = if flags & HAS_RECIPE != 0 {
                 let parent = ContentHash(r.take()?);
+                // Any count the message holds: a recipe longer than this peer's bound is
+                // ignored where recipes are used (`note_recipe`), not refused here, so a
+                // later bound can grow without its messages being refused.
                 let n = u16::from_le_bytes(r.take()?) as usize;
-                if n > MAX_RECIPE_IDS {
-                    return Err(malformed(format!("recipe of {n} ids (at most {MAX_RECIPE_IDS})")));
-                }
                 let merged = (0..n).map(|_| r.u64()).collect::<Result<_, _>>()?;
                 Some(Recipe { parent, merged })
             } else {
@@ -332,15 +332,18 @@ mod tests {
         let at = flags.len() - 1;
         flags[at] = 4;
         assert!(matches!(decode_message(&flags), Err(MessageError::Malformed(_))));
-        // A recipe count over the bound is refused before its ids are read.
+        // A count of more ids than the message holds is cut short.
         let mut many = encode_message(&state(
             None,
-            Some(Recipe { parent: ContentHash::of(b"p"), merged: vec![] }),
+            Some(Recipe { parent: ContentHash::of(b"p"), merged: vec![7] }),
         ));
-        let at = many.len() - 2;
-        many[at..].copy_from_slice(&(MAX_RECIPE_IDS as u16 + 1).to_le_bytes());
-        many.extend(std::iter::repeat_n(0u8, 8 * (MAX_RECIPE_IDS + 1)));
+        let at = many.len() - 10;
+        many[at..at + 2].copy_from_slice(&2u16.to_le_bytes());
         assert!(matches!(decode_message(&many), Err(MessageError::Malformed(_))));
+        // A recipe over this peer's bound still decodes (its user ignores it).
+        let long = Recipe { parent: ContentHash::of(b"p"), merged: (0..200).collect() };
+        let m = state(None, Some(long));
+        assert_eq!(decode_message(&encode_message(&m)), Ok(m));
     }
 
     #[test]
