@@ -121,6 +121,11 @@ impl Peer {
         &self.proto
     }
 
+    #[cfg(test)]
+    pub(crate) fn protocol_mut(&mut self) -> &mut Protocol {
+        &mut self.proto
+    }
+
     /// The payload with this hash, if this peer offers it: its current state of a
     /// fragment or one of its latest own deltas (the node mirrors these into atoll-net's
     /// store, shared, not copied).

@@ -109,7 +109,7 @@ fn a_late_joiner_is_released_once_it_holds_the_swarms_anchors() {
     // The swarm says again where it is (its states) and what it contributed (which the
     // joiner fetches and verifies, crediting the swarm's vote); each fetch is answered.
     let said: Vec<Message> = swarm
-        .protocol()
+        .protocol_mut()
         .reannounce(joined)
         .into_iter()
         .filter_map(|o| match o {

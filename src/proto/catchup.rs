@@ -73,31 +73,38 @@ impl Protocol {
             return;
         }
         // In a sampled swarm a peer announces a merge's state only if it contributed to it.
-        // One whose merge took another set than the contributors' (a late delta) would
-        // then hold a state nobody hears of: announced now, if no other voter holds it,
-        // so the swarm reconciles with it — at the end of a run, when no later round comes
-        // to reveal the split, the anchors would otherwise stay apart.
+        // One whose merge took another set than the contributors' (a late delta) then holds
+        // a state nobody hears of. If that state leads (no other state of the round was
+        // heard, or it wins the tie), it is announced now, so the swarm reconciles with it:
+        // at the end of a run, when no later round comes to reveal the split, the anchors
+        // would otherwise stay apart. If another state leads, this peer follows it below
+        // and announcing its own would only be one more message for every peer.
         let (round, hash) = (lane.state.round, lane.state_hash);
-        if lane.state.sampling.period > 1
+        let unheard = lane.state.sampling.period > 1
             && round > 0
-            && !lane.votes.holders(round, hash).iter().any(|&h| h != self.me)
-        {
-            out.push(lane.announcement());
-        }
+            && !lane.votes.holders(round, hash).iter().any(|&h| h != self.me);
         self.lanes[p].forget_settled_grandparent();
-        let lane = &self.lanes[p];
-        let Some(latest) = lane.votes.latest_round(max_round) else { return };
+        let lane = &mut self.lanes[p];
         // A peer whose vote lapsed follows the counted voters' latest state even where its
         // own lineage ran ahead of it: nobody follows that lineage.
         let following = !lane.votes.counts(&self.me);
-        let target = if following { latest } else { latest.max(lane.state.round) };
-        let Some(leader) = lane.votes.leader(target) else { return };
+        let leader = lane.votes.latest_round(max_round).and_then(|latest| {
+            let target = if following { latest } else { latest.max(lane.state.round) };
+            lane.votes.leader(target)
+        });
+        let Some(leader) = leader.filter(|l| l.hash != hash) else {
+            if unheard {
+                out.push(lane.announcement());
+            }
+            return;
+        };
         if self.blocked(&leader.hash, now) || self.rejected.contains(&leader.hash) {
+            if unheard {
+                out.push(self.lanes[p].announcement());
+            }
             return;
         }
-        if leader.hash == lane.state_hash {
-            return;
-        }
+        let lane = &self.lanes[p];
         // A state made from a parent and deltas held here is recomputed, not fetched:
         // kilobytes of deltas at most instead of the whole fragment's anchor and momentum.
         if let Some((state, bytes)) =

@@ -164,10 +164,10 @@ impl Protocol {
     /// and its own contributions that can still be merged. The newcomer learns where the
     /// swarm is, and by fetching the contributions it credits their authors, whose state
     /// votes then count (see [`super::reconcile`]).
-    pub(crate) fn reannounce(&self, now: Millis) -> Vec<Output> {
+    pub(crate) fn reannounce(&mut self, now: Millis) -> Vec<Output> {
         let w = Window::of(&self.settings);
         let mut out = Vec::new();
-        for (p, lane) in self.lanes.iter().enumerate() {
+        for (p, lane) in self.lanes.iter_mut().enumerate() {
             let current = self.schedule.current_round(p, now);
             let mut own: Vec<(&ContentHash, &Held)> = lane
                 .held
@@ -190,15 +190,7 @@ impl Protocol {
                 out.push(Output::Publish { msg, payload: h.bytes.clone() });
             }
             if lane.state.round > 0 {
-                let msg = Message::State(super::StateAnnounce {
-                    fragment: p as u32,
-                    round: lane.state.round,
-                    hash: lane.state_hash,
-                    size: lane.state.wire_len() as u64,
-                    took: Some(lane.state.took()),
-                    recipe: lane.recipe(),
-                });
-                out.push(Output::Publish { msg, payload: lane.state_bytes.clone() });
+                out.push(lane.announcement());
             }
         }
         out
@@ -374,6 +366,8 @@ impl Protocol {
             base: lane.state_hash,
             base_round: lane.state.round,
         };
+        // The base is a vote too (`super::intake`).
+        lane.announced_round = lane.announced_round.max(lane.state.round);
         let payload = enc.bytes.clone();
         let held =
             Held { origin: self.me, round, tokens, steps, bytes: enc.bytes, merged_at: None };

@@ -97,11 +97,18 @@ pub(crate) struct Lane {
     /// Each of those voters' recipe before its latest (of an earlier round): the recipe of
     /// the parent of the state it now holds.
     pub recipes_before: FastMap<PeerId, (ContentHash, u64, super::Recipe)>,
+    /// The latest round of a vote this peer published for the fragment (a state
+    /// announcement, or a contribution's base): others count that vote until a later one
+    /// replaces it, so an adoption of a state of that round or an earlier one must be
+    /// announced. A restored state's round counts as announced (it may have been before
+    /// the restart).
+    pub announced_round: u64,
 }
 
 impl Lane {
     pub fn new(me: PeerId, spec: FragmentSpec, state: FragmentState, peers: usize) -> Self {
         let numel = spec.numel();
+        let state_round = state.round;
         Self {
             spec,
             state_hash: state.hash(),
@@ -125,6 +132,7 @@ impl Lane {
             recipes_given_up: None,
             recipes: FastMap::default(),
             recipes_before: FastMap::default(),
+            announced_round: state_round,
         }
     }
 
@@ -298,7 +306,7 @@ impl Lane {
     /// Outputs shared by merge and adoption: the anchor for the trainer, the state
     /// announcement (if `announce`), and the report.
     fn after_state_change(
-        &self,
+        &mut self,
         settings: &Settings,
         report: Output,
         announce: bool,
@@ -323,8 +331,10 @@ impl Lane {
         ids.iter().filter(|h| self.held.get(h).is_some_and(|d| d.round < round)).count()
     }
 
-    /// The announcement of this lane's state (with its payload, to serve).
-    pub fn announcement(&self) -> Output {
+    /// The announcement of this lane's state (with its payload, to serve); notes its round
+    /// as announced.
+    pub fn announcement(&mut self) -> Output {
+        self.announced_round = self.announced_round.max(self.state.round);
         let state = super::Message::State(super::StateAnnounce {
             fragment: self.spec.id as u32,
             round: self.state.round,
@@ -434,11 +444,15 @@ impl Lane {
             hash,
             previous_round,
         };
-        // Announced also in a sampled swarm: the others' view of what this peer holds must
-        // follow its adoption, or two peers holding each other's old vote as the leader
-        // swap states and stay apart once the rounds stop (seen at the end of real runs).
-        // Adoptions are the disagreements, not every peer every round.
-        out.extend(self.after_state_change(settings, report, true));
+        // Announced where others count a vote of this peer's for this round or a later one:
+        // their view of what it holds must follow its adoption, or two peers holding each
+        // other's old vote as the leader swap states and stay apart once the rounds stop
+        // (seen at the end of real runs). In a sampled swarm most adoptions are by peers
+        // that merged the round silently (not its contributors): nobody counts a vote of
+        // theirs for it, and announcing every adoption was most of a 16-peer swarm's state
+        // announcements (bench/RESULTS.md).
+        let announce = self.state.sampling.period <= 1 || self.announced_round >= new_round;
+        out.extend(self.after_state_change(settings, report, announce));
         out
     }
 }

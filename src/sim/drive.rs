@@ -211,6 +211,9 @@ impl Sim {
     }
 
     fn broadcast(&mut self, i: usize, msg: crate::proto::Message) {
+        if matches!(msg, crate::proto::Message::State(_)) {
+            self.stats.state_announcements += 1;
+        }
         if let (Some(l), crate::proto::Message::Contribution(c)) = (self.lineages.as_mut(), &msg) {
             if c.origin == PeerId(i as u64) {
                 l.published.insert(c.hash, (i, c.fragment as usize, c.round));

@@ -24,6 +24,8 @@ pub struct Stats {
     pub merges: u64,
     pub skipped: u64,
     pub adoptions: u64,
+    /// State announcements the peers published (each counted once, not per receiver).
+    pub state_announcements: u64,
     pub misbehaved: u64,
     /// Offences reported by honest peers, by kind.
     pub offences: BTreeMap<Offence, u64>,

@@ -3,6 +3,7 @@
 //! claims its tokens and steps; announcements outside their author's slot are not fetched.
 
 use super::{delta_by, plan};
+use crate::delta::ContentHash;
 use crate::proto::sampling::Sampling;
 use crate::proto::*;
 
@@ -107,4 +108,32 @@ fn an_announcement_outside_its_author_s_slot_is_not_fetched() {
     let out =
         p.handle(Event::Message { from: PeerId(inside), msg: Message::Contribution(c) }, 2000);
     assert_eq!(fetches(&out), 1);
+}
+
+#[test]
+fn in_a_sampled_swarm_an_adoption_is_announced_only_over_a_vote_others_count() {
+    // Peer 3 adopts the swarm's state of round 5 (its own merge of the round took another
+    // set); `announced` is the latest round of a vote it published.
+    let adoption_announced = |period: u32, announced: u64| {
+        let mut p = sampled_peer(3, period);
+        let mut swarm = p.state(0).clone();
+        swarm.round = 5;
+        swarm.anchor[0] = 0.25;
+        let bytes: bytes::Bytes = swarm.to_bytes().into();
+        let (me, settings) = (p.me, p.settings.clone());
+        p.lanes[0].announced_round = announced;
+        let hash = ContentHash::of(&bytes);
+        let out = p.lanes[0].adopt(me, swarm, hash, bytes, &settings, &mut p.metrics);
+        assert_eq!(p.state(0).hash(), hash);
+        out.iter().any(|o| matches!(o, Output::Publish { msg: Message::State(_), .. }))
+    };
+    // It merged round 5 silently (not its slot): nobody counts a vote of its for round 5,
+    // so following the swarm is silent.
+    assert!(!adoption_announced(4, 4));
+    // It announced a state (or a delta on a base) of round 5: others count that vote until
+    // a newer one replaces it, so the adoption is announced.
+    assert!(adoption_announced(4, 5));
+    assert!(adoption_announced(4, 6));
+    // Without sampling every merge is announced, and so is every adoption.
+    assert!(adoption_announced(1, 0));
 }
