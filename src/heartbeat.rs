@@ -25,6 +25,7 @@
 
 pub mod table;
 
+use crate::cursor::{Cursor, Short};
 use atoll_net::Reachability;
 use serde::{Deserialize, Serialize};
 
@@ -204,35 +205,9 @@ fn reach_tag(r: Reachability) -> u8 {
     }
 }
 
-/// A cursor over untrusted bytes: every read checks the length first.
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], HeartbeatError> {
-        if self.0.len() < n {
-            return Err(HeartbeatError::Truncated);
-        }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Ok(head)
-    }
-
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], HeartbeatError> {
-        let mut out = [0u8; N];
-        out.copy_from_slice(self.take(N)?);
-        Ok(out)
-    }
-
-    fn u8(&mut self) -> Result<u8, HeartbeatError> {
-        Ok(self.array::<1>()?[0])
-    }
-
-    fn u64(&mut self) -> Result<u64, HeartbeatError> {
-        Ok(u64::from_be_bytes(self.array()?))
-    }
-
-    fn f32(&mut self) -> Result<f32, HeartbeatError> {
-        Ok(f32::from_be_bytes(self.array()?))
+impl From<Short> for HeartbeatError {
+    fn from(_: Short) -> Self {
+        HeartbeatError::Truncated
     }
 }
 
@@ -242,7 +217,7 @@ pub fn decode(bytes: &[u8]) -> Result<Heartbeat, HeartbeatError> {
     if bytes.len() > MAX_ENCODED {
         return Err(HeartbeatError::TooLarge(bytes.len()));
     }
-    let mut r = Reader(bytes);
+    let mut r = Cursor::new(bytes);
     if r.take(4).map_err(|_| HeartbeatError::Magic)? != MAGIC {
         return Err(HeartbeatError::Magic);
     }
@@ -275,13 +250,13 @@ pub fn decode(bytes: &[u8]) -> Result<Heartbeat, HeartbeatError> {
     } else {
         None
     };
-    let step = r.u64()?;
-    let tokens_per_s = r.f32()?;
+    let step = r.u64_be()?;
+    let tokens_per_s = r.f32_be()?;
     if !float_ok(tokens_per_s, MAX_TOKENS_PER_S) {
         return Err(HeartbeatError::Field("tokens_per_s"));
     }
     let val_bpb = if flags & FLAG_VAL_BPB != 0 {
-        let v = r.f32()?;
+        let v = r.f32_be()?;
         if !float_ok(v, MAX_VAL_BPB) {
             return Err(HeartbeatError::Field("val_bpb"));
         }
@@ -289,9 +264,9 @@ pub fn decode(bytes: &[u8]) -> Result<Heartbeat, HeartbeatError> {
     } else {
         None
     };
-    let merges = r.u64()?;
-    let run_peers = u16::from_be_bytes(r.array()?);
-    let sent_unix_ms = r.u64()?;
+    let merges = r.u64_be()?;
+    let run_peers = r.u16_be()?;
+    let sent_unix_ms = r.u64_be()?;
     if sent_unix_ms > MAX_UNIX_MS {
         return Err(HeartbeatError::Field("sent_unix_ms"));
     }
@@ -299,7 +274,7 @@ pub fn decode(bytes: &[u8]) -> Result<Heartbeat, HeartbeatError> {
     if n > MAX_ROUNDS {
         return Err(HeartbeatError::Field("round count"));
     }
-    let rounds = (0..n).map(|_| r.u64()).collect::<Result<Vec<u64>, _>>()?;
+    let rounds = (0..n).map(|_| r.u64_be()).collect::<Result<Vec<u64>, _>>()?;
     let anchors = if flags & FLAG_ANCHORS != 0 {
         if n == 0 {
             return Err(HeartbeatError::Field("anchors without rounds"));
@@ -309,8 +284,8 @@ pub fn decode(bytes: &[u8]) -> Result<Heartbeat, HeartbeatError> {
     } else {
         Vec::new()
     };
-    if !r.0.is_empty() {
-        return Err(HeartbeatError::Trailing(r.0.len()));
+    if r.remaining() > 0 {
+        return Err(HeartbeatError::Trailing(r.remaining()));
     }
     Ok(Heartbeat {
         version,

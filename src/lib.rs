@@ -35,6 +35,7 @@ pub mod baseline;
 pub mod chaos;
 pub mod checkpoint;
 pub mod collective;
+pub mod cursor;
 pub mod data;
 pub mod delta;
 pub mod doctor;

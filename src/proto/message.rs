@@ -14,6 +14,7 @@
 //!                   ‖ took u32 (flag 1) ‖ parent [32] ‖ n u16 ‖ n × id u64 (flag 2)
 //! ```
 
+use crate::cursor::{Cursor, Short};
 use crate::delta::ContentHash;
 use serde::{Deserialize, Serialize};
 
@@ -180,38 +181,38 @@ pub fn decode_message(bytes: &[u8]) -> Result<Message, MessageError> {
     if bytes.first() == Some(&b'{') {
         return Err(MessageError::Version(1));
     }
-    let mut r = Reader(bytes);
-    let v = u16::from_le_bytes(r.take()?);
+    let mut r = Cursor::new(bytes);
+    let v = r.u16_le()?;
     if v != PROTOCOL_VERSION {
         return Err(MessageError::Version(v));
     }
-    let msg = match r.byte()? {
+    let msg = match r.u8()? {
         CONTRIBUTION => Message::Contribution(ContributionAnnounce {
-            fragment: r.u32()?,
-            round: r.u64()?,
-            hash: ContentHash(r.take()?),
-            size: r.u64()?,
-            tokens: r.u64()?,
-            steps: r.u64()?,
-            origin: PeerId(r.u64()?),
-            base: ContentHash(r.take()?),
-            base_round: r.u64()?,
+            fragment: r.u32_le()?,
+            round: r.u64_le()?,
+            hash: ContentHash(r.array()?),
+            size: r.u64_le()?,
+            tokens: r.u64_le()?,
+            steps: r.u64_le()?,
+            origin: PeerId(r.u64_le()?),
+            base: ContentHash(r.array()?),
+            base_round: r.u64_le()?,
         }),
         STATE => {
             let (fragment, round, hash, size) =
-                (r.u32()?, r.u64()?, ContentHash(r.take()?), r.u64()?);
-            let flags = r.byte()?;
+                (r.u32_le()?, r.u64_le()?, ContentHash(r.array()?), r.u64_le()?);
+            let flags = r.u8()?;
             if flags & !(HAS_TOOK | HAS_RECIPE) != 0 {
                 return Err(malformed(format!("unknown state flags {flags:#04x}")));
             }
-            let took = if flags & HAS_TOOK != 0 { Some(r.u32()?) } else { None };
+            let took = if flags & HAS_TOOK != 0 { Some(r.u32_le()?) } else { None };
             let recipe = if flags & HAS_RECIPE != 0 {
-                let parent = ContentHash(r.take()?);
+                let parent = ContentHash(r.array()?);
                 // Any count the message holds: a recipe longer than this peer's bound is
                 // ignored where recipes are used (`note_recipe`), not refused here, so a
                 // later bound can grow without its messages being refused.
-                let n = u16::from_le_bytes(r.take()?) as usize;
-                let merged = (0..n).map(|_| r.u64()).collect::<Result<_, _>>()?;
+                let n = r.u16_le()? as usize;
+                let merged = (0..n).map(|_| r.u64_le()).collect::<Result<_, _>>()?;
                 Some(Recipe { parent, merged })
             } else {
                 None
@@ -220,8 +221,8 @@ pub fn decode_message(bytes: &[u8]) -> Result<Message, MessageError> {
         }
         t => return Err(malformed(format!("unknown message type {t}"))),
     };
-    if !r.0.is_empty() {
-        return Err(malformed(format!("{} bytes after the message", r.0.len())));
+    if r.remaining() > 0 {
+        return Err(malformed(format!("{} bytes after the message", r.remaining())));
     }
     Ok(msg)
 }
@@ -231,27 +232,9 @@ fn malformed(why: String) -> MessageError {
 }
 
 /// The unread rest of a message.
-struct Reader<'a>(&'a [u8]);
-
-impl Reader<'_> {
-    fn take<const N: usize>(&mut self) -> Result<[u8; N], MessageError> {
-        if self.0.len() < N {
-            return Err(malformed(format!("message ends {} bytes early", N - self.0.len())));
-        }
-        let (head, rest) = self.0.split_at(N);
-        self.0 = rest;
-        let mut out = [0u8; N];
-        out.copy_from_slice(head);
-        Ok(out)
-    }
-    fn byte(&mut self) -> Result<u8, MessageError> {
-        Ok(self.take::<1>()?[0])
-    }
-    fn u32(&mut self) -> Result<u32, MessageError> {
-        Ok(u32::from_le_bytes(self.take()?))
-    }
-    fn u64(&mut self) -> Result<u64, MessageError> {
-        Ok(u64::from_le_bytes(self.take()?))
+impl From<Short> for MessageError {
+    fn from(s: Short) -> Self {
+        malformed(format!("message ends {} bytes early", s.missing))
     }
 }
 

@@ -22,6 +22,7 @@
 
 use super::fasthash::FastSet;
 use super::sampling::{Sampling, MAX_PERIOD};
+use crate::cursor::{Cursor, Short};
 use crate::delta::ContentHash;
 use crate::fragment::FragmentSpec;
 use std::collections::VecDeque;
@@ -223,21 +224,21 @@ impl FragmentState {
 
     /// Parses and checks a state payload for `spec`. Never panics.
     pub fn from_bytes(bytes: &[u8], spec: &FragmentSpec) -> Result<Self, StateError> {
-        let mut r = Reader { bytes, pos: 0 };
+        let mut r = Cursor::new(bytes);
         if r.take(4)? != MAGIC {
             return Err(StateError::BadMagic);
         }
-        let version = u16::from_le_bytes(r.array()?);
+        let version = r.u16_le()?;
         if version != STATE_WIRE_VERSION && version != STATE_WIRE_VERSION_UNSAMPLED {
             return Err(StateError::Version(version));
         }
-        let fragment = u32::from_le_bytes(r.array()?);
+        let fragment = r.u32_le()?;
         if fragment as usize != spec.id {
             return Err(StateError::WrongFragment { got: fragment, want: spec.id });
         }
-        let round = u64::from_le_bytes(r.array()?);
+        let round = r.u64_le()?;
         let parent = ContentHash(r.array()?);
-        let numel = u32::from_le_bytes(r.array()?);
+        let numel = r.u32_le()?;
         if numel as usize != spec.numel() {
             return Err(StateError::WrongLength { got: numel, want: spec.numel() });
         }
@@ -254,14 +255,14 @@ impl FragmentState {
         };
         let anchor = floats(r.take(4 * numel as usize)?)?;
         let momentum = floats(r.take(4 * numel as usize)?)?;
-        let entries = u32::from_le_bytes(r.array()?) as usize;
+        let entries = r.u32_le()? as usize;
         if entries > MAX_LOG_ENTRIES {
             return Err(StateError::LogTooLarge);
         }
         let mut log = VecDeque::with_capacity(entries);
         for _ in 0..entries {
-            let round = u64::from_le_bytes(r.array()?);
-            let count = u32::from_le_bytes(r.array()?) as usize;
+            let round = r.u64_le()?;
+            let count = r.u32_le()? as usize;
             if count > MAX_IDS_PER_ROUND {
                 return Err(StateError::LogTooLarge);
             }
@@ -272,21 +273,21 @@ impl FragmentState {
                 .collect();
             // The wire form lists each round's ids sorted and once (lookups rely on it).
             if ids.windows(2).any(|w| w[0] >= w[1]) {
-                return Err(StateError::Malformed(r.pos));
+                return Err(StateError::Malformed(r.pos()));
             }
             log.push_back((round, ids));
         }
         let mut sampling = Sampling::default();
         if version == STATE_WIRE_VERSION {
-            let mut word = || r.array().map(u32::from_le_bytes);
+            let mut word = || r.u32_le();
             sampling = Sampling { swarm: word()?, period: word()?, prev_period: word()? };
             let ok = |k: u32| (1..=MAX_PERIOD).contains(&k);
             // The v3 form is the only form of a default sampling: one hash per state.
             if !ok(sampling.period) || !ok(sampling.prev_period) || sampling.is_default() {
-                return Err(StateError::Malformed(r.pos));
+                return Err(StateError::Malformed(r.pos()));
             }
         }
-        if r.pos != bytes.len() {
+        if r.remaining() > 0 {
             return Err(StateError::Trailing);
         }
         let index = log.iter().flat_map(|(_, ids)| ids.iter().copied()).collect();
@@ -311,24 +312,9 @@ impl Sink for blake3::Hasher {
     }
 }
 
-struct Reader<'a> {
-    bytes: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], StateError> {
-        let end = self.pos.checked_add(n).filter(|&e| e <= self.bytes.len());
-        let end = end.ok_or(StateError::Malformed(self.pos))?;
-        let s = &self.bytes[self.pos..end];
-        self.pos = end;
-        Ok(s)
-    }
-
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], StateError> {
-        let mut a = [0u8; N];
-        a.copy_from_slice(self.take(N)?);
-        Ok(a)
+impl From<Short> for StateError {
+    fn from(s: Short) -> Self {
+        StateError::Malformed(s.at)
     }
 }
 
