@@ -114,6 +114,13 @@ impl Votes {
         self.credits.iter().filter(|(p, r)| **p != self.me && self.current(**r)).count()
     }
 
+    /// This peer and the others whose credit is current, for which `due` holds (whose turn
+    /// it is to contribute, in a sampled swarm).
+    pub fn credited_where(&self, mut due: impl FnMut(PeerId) -> bool) -> usize {
+        let others = self.credits.iter().filter(|(p, r)| **p != self.me && self.current(**r));
+        others.filter(|(p, _)| due(**p)).count() + usize::from(due(self.me))
+    }
+
     /// Rounds a credit lasts behind the newest: [`CREDIT_LAPSE`] plus four periods (a
     /// sampled peer contributes once per `period` rounds).
     pub fn lapse(&self) -> u64 {
