@@ -39,5 +39,5 @@ pub const FLOOD_STRIKE: f64 = 1.0;
 
 /// The gossipsub topic name of a run's heartbeats.
 pub fn topic_name(run_name: &str) -> String {
-    format!("atoll/{run_name}/heartbeat")
+    format!("{run_name}/h")
 }

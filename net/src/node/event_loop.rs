@@ -251,7 +251,7 @@ impl EventLoop {
     }
 
     fn publish(&mut self, payload: &[u8]) -> Result<(), NetError> {
-        let data = announce::encode(&self.run_name, payload)?;
+        let data = announce::encode(payload)?;
         let len = data.len() as u64;
         self.swarm
             .behaviour_mut()

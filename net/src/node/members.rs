@@ -46,7 +46,7 @@ pub const RECORD_SOON: Duration = Duration::from_secs(1);
 
 /// The gossipsub topic of a run's member records.
 pub fn members_topic(run_name: &str) -> gossipsub::IdentTopic {
-    gossipsub::IdentTopic::new(format!("atoll/{run_name}/members"))
+    gossipsub::IdentTopic::new(format!("{run_name}/m"))
 }
 
 /// Encodes up to [`MAX_RECORD_ADDRS`] addresses (fewer if the record would grow too big).

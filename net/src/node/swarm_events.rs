@@ -265,7 +265,7 @@ impl EventLoop {
                         expected: self.run_name.clone(),
                     })
                 } else {
-                    announce::decode(&self.run_name, &message.data).map(EventLoop::payload)
+                    announce::decode(&message.data).map(EventLoop::payload)
                 };
                 let acceptance = match verdict {
                     Ok(payload) => {

@@ -47,10 +47,7 @@ async fn join(swarm: &mut Swarm<gossipsub::Behaviour>, node: &Node) -> anyhow::R
 }
 
 fn envelope(payload: &[u8]) -> Vec<u8> {
-    let mut v = b"ATLA".to_vec();
-    v.extend_from_slice(&ANNOUNCE_VERSION.to_be_bytes());
-    v.push(8);
-    v.extend_from_slice(b"test-run");
+    let mut v = ANNOUNCE_VERSION.to_be_bytes().to_vec();
     v.extend_from_slice(payload);
     v
 }
