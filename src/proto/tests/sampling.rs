@@ -110,30 +110,63 @@ fn an_announcement_outside_its_author_s_slot_is_not_fetched() {
     assert_eq!(fetches(&out), 1);
 }
 
+/// Peer 3 of a swarm of period `period`, moved to the swarm's state of round 5 (as if it had
+/// merged the round with another set and adopted), having published a vote of round
+/// `announced`; returns whether the adoption was announced.
+fn adopt_round_five(p: &mut Protocol, announced: u64) -> bool {
+    let mut swarm = p.state(0).clone();
+    swarm.round = 5;
+    swarm.anchor[0] = 0.25;
+    let bytes: bytes::Bytes = swarm.to_bytes().into();
+    let (me, settings) = (p.me, p.settings.clone());
+    p.lanes[0].announced_round = announced;
+    let hash = ContentHash::of(&bytes);
+    let out = p.lanes[0].adopt(me, swarm, hash, bytes, &settings, &mut p.metrics);
+    assert_eq!(p.state(0).hash(), hash);
+    announces_state(&out)
+}
+
+fn announces_state(out: &[Output]) -> bool {
+    out.iter().any(|o| matches!(o, Output::Publish { msg: Message::State(_), .. }))
+}
+
 #[test]
 fn in_a_sampled_swarm_an_adoption_is_announced_only_over_a_vote_others_count() {
-    // Peer 3 adopts the swarm's state of round 5 (its own merge of the round took another
-    // set); `announced` is the latest round of a vote it published.
-    let adoption_announced = |period: u32, announced: u64| {
-        let mut p = sampled_peer(3, period);
-        let mut swarm = p.state(0).clone();
-        swarm.round = 5;
-        swarm.anchor[0] = 0.25;
-        let bytes: bytes::Bytes = swarm.to_bytes().into();
-        let (me, settings) = (p.me, p.settings.clone());
-        p.lanes[0].announced_round = announced;
-        let hash = ContentHash::of(&bytes);
-        let out = p.lanes[0].adopt(me, swarm, hash, bytes, &settings, &mut p.metrics);
-        assert_eq!(p.state(0).hash(), hash);
-        out.iter().any(|o| matches!(o, Output::Publish { msg: Message::State(_), .. }))
-    };
     // It merged round 5 silently (not its slot): nobody counts a vote of its for round 5,
     // so following the swarm is silent.
-    assert!(!adoption_announced(4, 4));
+    assert!(!adopt_round_five(&mut sampled_peer(3, 4), 4));
     // It announced a state (or a delta on a base) of round 5: others count that vote until
     // a newer one replaces it, so the adoption is announced.
-    assert!(adoption_announced(4, 5));
-    assert!(adoption_announced(4, 6));
+    assert!(adopt_round_five(&mut sampled_peer(3, 4), 5));
+    assert!(adopt_round_five(&mut sampled_peer(3, 4), 6));
     // Without sampling every merge is announced, and so is every adoption.
-    assert!(adoption_announced(1, 0));
+    assert!(adopt_round_five(&mut sampled_peer(3, 1), 0));
+}
+
+#[test]
+fn a_silent_state_nobody_holds_is_announced_only_where_it_leads() {
+    let now = 5 * 1000 + 500;
+    // Nobody else announced a state of round 5: this peer's is the only one heard of, and
+    // it is announced so the swarm can reconcile with it.
+    let mut p = sampled_peer(3, 4);
+    adopt_round_five(&mut p, 4);
+    let mut out = Vec::new();
+    p.reconcile(0, now, &mut out);
+    assert!(announces_state(&out), "{out:?}");
+    // Two credited voters hold another state of round 5: it leads, this peer follows it
+    // (here: fetches it) and announces nothing of its own.
+    let mut p = sampled_peer(3, 4);
+    adopt_round_five(&mut p, 4);
+    let theirs = ContentHash::of(b"the swarm's state of round 5");
+    for v in [7, 8] {
+        p.lanes[0].votes.credit(PeerId(v), 5);
+        p.lanes[0].votes.record(PeerId(v), 5, theirs);
+    }
+    let mut out = Vec::new();
+    p.reconcile(0, now, &mut out);
+    assert!(!announces_state(&out), "{out:?}");
+    assert!(
+        out.iter().any(|o| matches!(o, Output::Fetch { hash, .. } if *hash == theirs)),
+        "{out:?}"
+    );
 }
