@@ -13,6 +13,8 @@ use crate::delta::{ContentHash, ErrorFeedback, Limits};
 use crate::fragment::FragmentSpec;
 use bytes::Bytes;
 
+mod adopt;
+
 /// Bookkeeping of the round currently open.
 #[derive(Debug, Clone)]
 pub(crate) struct OpenRound {
@@ -371,93 +373,5 @@ impl Lane {
         for recipes in [&mut self.recipes, &mut self.recipes_before] {
             recipes.retain(|_, (_, r, _)| r.saturating_add(w.log_rounds()) >= round);
         }
-    }
-
-    /// Marks held deltas that `new` already merged as merged, and re-queues those this peer
-    /// had merged but `new` had not; returns the re-queued ones in hash order.
-    fn requeue(&mut self, new: &FragmentState) -> Vec<ContentHash> {
-        let mut resurrected = Vec::new();
-        for (h, held) in self.held.iter_mut() {
-            if new.has_merged(h) {
-                held.merged_at = Some(new.round);
-            } else if held.merged_at.is_some() {
-                held.merged_at = None;
-                resurrected.push(*h);
-            }
-        }
-        resurrected.sort_unstable();
-        resurrected
-    }
-
-    /// Replaces the state by `new` (the majority's). Contributions the new lineage already
-    /// merged are marked merged; those this peer had merged but the new lineage had not are
-    /// re-queued and re-announced, so they are merged once in the new lineage, not lost.
-    pub fn adopt(
-        &mut self,
-        me: PeerId,
-        new: FragmentState,
-        hash: ContentHash,
-        bytes: Bytes,
-        settings: &Settings,
-        m: &mut Metrics,
-    ) -> Vec<Output> {
-        let previous_round = self.state.round;
-        let new_round = new.round;
-        let w = Window::of(settings);
-        let resurrected = self.requeue(&new);
-        m.adoptions += 1;
-        m.resurrected += resurrected.len() as u64;
-        // Only the origin re-announces: every peer of a minority re-announcing every
-        // re-queued delta would flood the swarm, and the origin holds its own deltas.
-        let mut out = Vec::new();
-        for h in resurrected {
-            if let Some(held) = self.held.get(&h).filter(|held| held.origin == me) {
-                let msg = super::Message::Contribution(super::ContributionAnnounce {
-                    fragment: self.spec.id as u32,
-                    round: held.round,
-                    hash: h,
-                    size: held.bytes.len() as u64,
-                    tokens: held.tokens,
-                    steps: held.steps,
-                    origin: held.origin,
-                    base: hash,
-                    base_round: new_round,
-                });
-                out.push(Output::Publish { msg, payload: held.bytes.clone() });
-            }
-        }
-        let before = std::mem::replace(&mut self.state, new);
-        self.prior_before = self.prior.replace((self.state_hash, before));
-        self.overtaken = None;
-        self.state_hash = hash;
-        self.state_bytes = bytes;
-        self.votes.set_mine(self.state.round, hash, self.state.took());
-        self.closed_round = self.closed_round.max(new_round);
-        if let Some(o) = self.open.as_mut() {
-            // The adopted state already contains this round's merge: do not merge it again.
-            o.closed |= o.round <= new_round;
-            let round = o.round;
-            o.eligible = self
-                .held
-                .values()
-                .filter(|h| h.merged_at.is_none() && w.eligible(h.round, round))
-                .count();
-        }
-        let report = Output::Adopted {
-            fragment: self.spec.id,
-            round: self.state.round,
-            hash,
-            previous_round,
-        };
-        // Announced where others count a vote of this peer's for this round or a later one:
-        // their view of what it holds must follow its adoption, or two peers holding each
-        // other's old vote as the leader swap states and stay apart once the rounds stop
-        // (seen at the end of real runs). In a sampled swarm most adoptions are by peers
-        // that merged the round silently (not its contributors): nobody counts a vote of
-        // theirs for it, and announcing every adoption was most of a 16-peer swarm's state
-        // announcements (bench/RESULTS.md).
-        let announce = self.state.sampling.period <= 1 || self.announced_round >= new_round;
-        out.extend(self.after_state_change(settings, report, announce));
-        out
     }
 }
