@@ -239,13 +239,21 @@ impl Protocol {
             at: opened.saturating_add(wait),
             timer: Timer::Deadline { fragment: p, round },
         });
-        out.push(Output::SetTimer {
-            at: self
-                .schedule
-                .open_time(p, round)
-                .saturating_add(self.settings.reconcile_offset_ms()),
-            timer: Timer::Reconcile { fragment: p, round },
-        });
+        // Reconciliation looks twice a round: at `reconcile_at`, and halfway from there to
+        // the next open. A peer whose own count put its state ahead at the first look (its
+        // own vote, and its own credit of itself, which the others need not share) may find
+        // that the others all took another state; their adoptions are announced after the
+        // first look, and a vote of a round already reconciled is acted on only when it
+        // shows the peer behind. Without the second look it would hold its state apart for
+        // a whole period, and to the end of a run in its last round.
+        let first = self.settings.reconcile_offset_ms();
+        let second = first + self.settings.period_ms().saturating_sub(first) / 2;
+        for offset in [first, second] {
+            out.push(Output::SetTimer {
+                at: self.schedule.open_time(p, round).saturating_add(offset),
+                timer: Timer::Reconcile { fragment: p, round },
+            });
+        }
         let next = round.saturating_add(1);
         out.push(Output::SetTimer {
             at: self.schedule.open_time(p, next),

@@ -4,7 +4,7 @@
 //! round's counted voters, not a plurality. A state fetched instead of recomputed is
 //! counted with the reason.
 
-use super::{credit, delta_by, offences, peer};
+use super::{credit, delta_by, offences, peer, timers};
 use crate::delta::ContentHash;
 use crate::proto::*;
 use bytes::Bytes;
@@ -208,6 +208,44 @@ fn a_competing_state_is_recomputed_from_its_recipe_not_fetched() {
     deliver_late(&mut p);
     let out = announce_with_recipe(&mut p, &[8, 9], &theirs, honest, 1200);
     assert_eq!(p.metrics().recomputed, 0, "{out:?}");
+}
+
+#[test]
+fn a_state_the_others_take_after_the_first_look_is_followed_at_the_second() {
+    // Peer 1 merged round 1 without peer 4's late delta, peer 7 all three. Round 2 opens;
+    // at its first look no other state is heard, so peer 1 keeps its own. Then peers 2, 3
+    // and 4 announce peer 7's state (their adoptions), and the round looks again before
+    // the next one opens.
+    let theirs = merged_round_one(7, &[(2, 0.1), (3, 0.2), (4, 0.3)]).state(0).clone();
+    let mut p = merged_round_one(1, &[(2, 0.1), (3, 0.2)]);
+    deliver_late(&mut p);
+    let out = p.handle(Event::Timer(Timer::Open { fragment: 0, round: 2 }), 2000);
+    let mut looks: Vec<Millis> = timers(&out)
+        .into_iter()
+        .filter(|(_, t)| matches!(t, Timer::Reconcile { fragment: 0, round: 2 }))
+        .map(|(at, _)| at)
+        .collect();
+    looks.sort_unstable();
+    let [first, second] = looks[..] else { panic!("{looks:?}: not two looks a round") };
+    assert!(first < second && second < 3000, "{looks:?}");
+    let reconcile = Event::Timer(Timer::Reconcile { fragment: 0, round: 2 });
+    p.handle(reconcile.clone(), first);
+    assert_ne!(p.state(0), &theirs, "nothing else was heard at the first look");
+    let announce = StateAnnounce {
+        fragment: 0,
+        round: 1,
+        hash: theirs.hash(),
+        size: theirs.wire_len() as u64,
+        took: Some(theirs.took()),
+        recipe: Some(recipe_of(&theirs)),
+    };
+    for v in [2, 3, 4] {
+        let msg = Message::State(announce.clone());
+        p.handle(Event::Message { from: PeerId(v), msg }, first + 10);
+    }
+    assert_ne!(p.state(0), &theirs, "a vote of the same round is not acted on at once");
+    p.handle(reconcile, second);
+    assert_eq!(p.state(0), &theirs, "the others' state was not followed");
 }
 
 #[test]

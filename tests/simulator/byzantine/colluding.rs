@@ -157,23 +157,37 @@ fn sparse_deltas_under_attack_are_bounded_and_come_together() {
                 SHARE_SPARSE,
                 &what,
             );
-            let mut cfg = SimConfig::new(16, seed);
-            cfg.settings.merge_lag = lag;
-            cfg.settings.encode = sparse_options();
-            cfg.hostile = (0..4).map(|j| ((seat(seed) + 4 * j) % 16, a)).collect();
-            let period = cfg.settings.h * cfg.settings.step_ms;
-            let mut o = run_config(cfg, &[]);
-            let apart = apart_for_a_period(&mut o.sim, period);
-            let s = &o.sim.stats;
-            assert!(
-                apart.is_empty(),
-                "seed {seed}: lag {lag}: top2: {a:?}: fragments {apart:?} held several \
-                 honest states for a whole period, {s:?}"
-            );
-            assert_eq!(s.double_merges, 0, "seed {seed}: lag {lag}: top2: {a:?}");
-            assert_eq!(s.unknown_lineage, 0, "seed {seed}: lag {lag}: top2: {a:?}");
+            assert_come_together(seed, lag, a);
         }
     }
+}
+
+/// Seed 200 split at lag 0 with stolen copies until the round's second look: one honest
+/// peer counted its own vote (and its own credit of itself) and kept its state at the
+/// first look, while the eleven others, who did not count it, took another.
+#[test]
+fn a_peer_that_kept_its_own_state_at_the_first_look_comes_back() {
+    assert_come_together(200, 0, Attack::ScaledPoison { stolen: true });
+}
+
+/// 4 of 16 peers attack with `a` at merge lag `lag`: the honest peers hold one state at
+/// some moment of the run's last period, and nothing was merged twice.
+fn assert_come_together(seed: u64, lag: u64, a: Attack) {
+    let mut cfg = SimConfig::new(16, seed);
+    cfg.settings.merge_lag = lag;
+    cfg.settings.encode = sparse_options();
+    cfg.hostile = (0..4).map(|j| ((seat(seed) + 4 * j) % 16, a)).collect();
+    let period = cfg.settings.h * cfg.settings.step_ms;
+    let mut o = run_config(cfg, &[]);
+    let apart = apart_for_a_period(&mut o.sim, period);
+    let s = &o.sim.stats;
+    assert!(
+        apart.is_empty(),
+        "seed {seed}: lag {lag}: top2: {a:?}: fragments {apart:?} held several honest states \
+         for a whole period, {s:?}"
+    );
+    assert_eq!(s.double_merges, 0, "seed {seed}: lag {lag}: top2: {a:?}");
+    assert_eq!(s.unknown_lineage, 0, "seed {seed}: lag {lag}: top2: {a:?}");
 }
 
 /// The fragments whose honest peers did not hold one state at any moment of the next
