@@ -69,7 +69,8 @@ pub struct RawSettings {
     /// what arrived stays pending. Default `grace_cap_ms + 2 × step_ms`.
     pub max_wait_ms: Option<u64>,
     /// When, as a fraction of the period after a round opened, a peer compares its anchor
-    /// hash with the others' and starts fetching the majority state. Default 0.5.
+    /// hash with the others' and starts fetching the majority state. Default 0.5. It
+    /// compares again halfway from there to the next open (`Protocol::on_open`).
     pub reconcile_at: f64,
     /// Time per fetch attempt: a payload not fetched within `fetch_timeout_ms ×
     /// fetch_attempts` is given up. Sources, hedging and retries within that deadline are
