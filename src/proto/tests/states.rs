@@ -155,6 +155,20 @@ pub(super) fn announce_with_recipe(
     recipe: Recipe,
     now: Millis,
 ) -> Vec<Output> {
+    let mut out = announce_state(p, voters, state, recipe, now);
+    let reconcile = Timer::Reconcile { fragment: 0, round: state.round };
+    out.extend(p.handle(Event::Timer(reconcile), now));
+    out
+}
+
+/// `voters` announce `state` with `recipe` (its count too). Returns what `p` output.
+fn announce_state(
+    p: &mut Protocol,
+    voters: &[u64],
+    state: &FragmentState,
+    recipe: Recipe,
+    now: Millis,
+) -> Vec<Output> {
     let hash = state.hash();
     let size = state.wire_len() as u64;
     let took = Some(state.took());
@@ -165,8 +179,6 @@ pub(super) fn announce_with_recipe(
         let msg = Message::State(s.clone());
         out.extend(p.handle(Event::Message { from: PeerId(v), msg }, now));
     }
-    let reconcile = Timer::Reconcile { fragment: 0, round: state.round };
-    out.extend(p.handle(Event::Timer(reconcile), now));
     out
 }
 
@@ -231,18 +243,7 @@ fn a_state_the_others_take_after_the_first_look_is_followed_at_the_second() {
     let reconcile = Event::Timer(Timer::Reconcile { fragment: 0, round: 2 });
     p.handle(reconcile.clone(), first);
     assert_ne!(p.state(0), &theirs, "nothing else was heard at the first look");
-    let announce = StateAnnounce {
-        fragment: 0,
-        round: 1,
-        hash: theirs.hash(),
-        size: theirs.wire_len() as u64,
-        took: Some(theirs.took()),
-        recipe: Some(recipe_of(&theirs)),
-    };
-    for v in [2, 3, 4] {
-        let msg = Message::State(announce.clone());
-        p.handle(Event::Message { from: PeerId(v), msg }, first + 10);
-    }
+    announce_state(&mut p, &[2, 3, 4], &theirs, recipe_of(&theirs), first + 10);
     assert_ne!(p.state(0), &theirs, "a vote of the same round is not acted on at once");
     p.handle(reconcile, second);
     assert_eq!(p.state(0), &theirs, "the others' state was not followed");
