@@ -273,8 +273,10 @@ pub struct Step {
     pub agreement: Vec<f64>,
 }
 
-/// The whole merge of a round: [`combine`], then the outer step `outer` on copies of the
-/// anchor and momentum (the manifest's, or a sampled state's: [`super::sampling::Outer`]). If any resulting value is not finite, the contribution with the largest
+/// The whole merge of a round: contributions pointing against the state's momentum set
+/// aside (with agreement weights), [`combine`] over the rest, then the outer step `outer`
+/// on copies of the anchor and momentum (the manifest's, or a sampled state's:
+/// [`super::sampling::Outer`]). If any resulting value is not finite, the contribution with the largest
 /// absolute value (ties: the larger hash) is dropped and the merge is repeated, so a delta
 /// that would blow up the anchor costs its own contribution, never the round — and every
 /// peer that merges the same set drops the same one. `inputs` keeps what was merged
@@ -291,30 +293,33 @@ pub fn robust_step(
     let bounds = settings.merge_bounds();
     let mut dropped = Vec::new();
     while !inputs.is_empty() {
-        let Combined { mut delta, mut agreement } = combine(spec, inputs, r.merge, &bounds);
+        // Held against where the swarm has been going before anything else: what points
+        // against the state's momentum earns nothing, and does not vote in the agreement's
+        // medians either (where colluders sending one sparse delta would outvote the few
+        // honest values of each coordinate they chose).
+        let refused: Vec<bool> = inputs
+            .iter()
+            .map(|i| bounds.agree && agreement::opposes(spec, i.values, momentum))
+            .collect();
+        let heard = only(inputs, |k| !refused[k]);
+        let Combined { mut delta, agreement: weighed } = combine(spec, &heard, r.merge, &bounds);
+        let mut weighed = weighed.into_iter();
+        let agreement: Vec<f64> =
+            refused.iter().map(|&r| if r { 0.0 } else { weighed.next().unwrap_or(0.0) }).collect();
+        // Too few authors for a median: the momentum caps the step too (below).
+        let small = bounds.agree && authors(&heard) <= 2;
+        if bounds.agree && agreement.iter().all(|&a| a == 0.0) {
+            delta.iter_mut().for_each(|v| *v = 0.0);
+        } else if small && agreement.iter().filter(|&&a| a > 0.0).count() < heard.len() {
+            // Merged again without what the agreement refused.
+            let kept = only(inputs, |k| agreement[k] > 0.0);
+            delta = combine(spec, &kept, r.merge, &bounds).delta;
+        }
         // Sampled contributions each hold `period` rounds of work (`super::sampling`).
         if outer.scale != 1.0 {
             delta.iter_mut().for_each(|v| *v *= outer.scale);
         }
-        if bounds.agree && authors(inputs) <= 2 {
-            // Too few authors for a median: held against the state's momentum as well.
-            for (a, inp) in agreement.iter_mut().zip(inputs.iter()) {
-                if agreement::opposes(spec, inp.values, momentum) {
-                    *a = 0.0;
-                }
-            }
-            if agreement.iter().all(|&a| a == 0.0) {
-                delta.iter_mut().for_each(|v| *v = 0.0);
-            } else if agreement.contains(&0.0) {
-                // Merged again without what the momentum refused.
-                let kept: Vec<Input<'_>> = inputs
-                    .iter()
-                    .zip(&agreement)
-                    .filter(|(_, &a)| a > 0.0)
-                    .map(|(i, _)| *i)
-                    .collect();
-                delta = combine(spec, &kept, r.merge, &bounds).delta;
-            }
+        if small {
             let kept: Vec<&[f32]> = inputs
                 .iter()
                 .zip(&agreement)
@@ -337,6 +342,11 @@ pub fn robust_step(
         dropped.push(inputs.remove(worst).hash);
     }
     Step { anchor: anchor.to_vec(), momentum: momentum.to_vec(), dropped, agreement: Vec::new() }
+}
+
+/// The inputs whose index passes `keep`, in order.
+fn only<'a>(inputs: &[Input<'a>], keep: impl Fn(usize) -> bool) -> Vec<Input<'a>> {
+    inputs.iter().enumerate().filter(|&(k, _)| keep(k)).map(|(_, i)| *i).collect()
 }
 
 /// With fewer than three authors the round's median norm may be one author's, so the

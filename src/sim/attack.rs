@@ -19,6 +19,11 @@ pub enum Attack {
     /// fragment, scaled to 1.9× their median norm (just inside the clip): the direction
     /// that undoes the honest peers' together. Colluding identities send the same.
     Direction,
+    /// (b) [`Attack::Direction`] with the state's outer momentum taken out of each tensor
+    /// (and scaled back to the same norm): the aimed delta that no check against the
+    /// momentum refuses, at an angle to where the swarm has been going. Colluding
+    /// identities send the same.
+    Oblique,
     /// (c) Well-formed, finite values near `f32::MAX / 127`, honest counts.
     HugeValues { codec: Codec },
     /// (d) A zero delta with the largest claim the manifest allows.
@@ -61,6 +66,7 @@ impl Attack {
             Attack::ScaledPoison { stolen: true },
             Attack::Reversed,
             Attack::Direction,
+            Attack::Oblique,
             Attack::HugeValues { codec: Codec::Q8 },
             Attack::HugeValues { codec: Codec::F32 },
             Attack::ZeroMaxClaim,

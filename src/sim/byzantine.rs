@@ -172,7 +172,7 @@ impl Sim {
             }
             let me = PeerId(h as u64);
             match attack {
-                Attack::ScaledPoison { stolen: true } | Attack::Direction => {
+                Attack::ScaledPoison { stolen: true } | Attack::Direction | Attack::Oblique => {
                     self.byz.saw(h, c.fragment as usize, bytes.clone())
                 }
                 Attack::ForgedOrigin => self.gossip_from(h, me, Message::Contribution(c.clone())),
@@ -217,8 +217,11 @@ impl Sim {
                 self.publish(i, me, &c, meta, &scaled(base, -10.0), codec);
             }
             Attack::Reversed => self.publish(i, me, &c, meta, &scaled(&honest, -1.0), codec),
-            Attack::Direction => {
-                let v = self.against_seen(i, p).unwrap_or_else(|| scaled(&honest, -1.0));
+            Attack::Direction | Attack::Oblique => {
+                let mut v = self.against_seen(i, p).unwrap_or_else(|| scaled(&honest, -1.0));
+                if attack == Attack::Oblique {
+                    self.beside_momentum(i, p, &mut v);
+                }
                 self.publish(i, me, &c, meta, &v, codec);
             }
             Attack::HugeValues { codec } => {
@@ -354,6 +357,31 @@ impl Sim {
         }
         let k = -1.9 * median / sum.iter().map(|x| x * x).sum::<f64>().sqrt();
         k.is_finite().then(|| sum.iter().map(|&x| (k * x) as f32).collect())
+    }
+
+    /// Takes hostile peer `i`'s outer momentum of fragment `p` out of each tensor of `v`,
+    /// keeping each tensor's norm: a cosine of zero with the momentum, tensor by tensor.
+    fn beside_momentum(&self, i: usize, p: usize, v: &mut [f32]) {
+        let Some(m) = self.protocol(i).map(|x| x.state(p).momentum.clone()) else { return };
+        let Some(spec) = self.plan.fragments.get(p) else { return };
+        let dot = |a: &[f32], b: &[f32]| {
+            a.iter().zip(b).map(|(&x, &y)| f64::from(x) * f64::from(y)).sum::<f64>()
+        };
+        for (_, r) in spec.ranges() {
+            let (v, m) = (&mut v[r.clone()], &m[r]);
+            let (before, mm) = (dot(v, v).sqrt(), dot(m, m));
+            if mm == 0.0 {
+                continue;
+            }
+            let k = dot(v, m) / mm;
+            for (x, &y) in v.iter_mut().zip(m) {
+                *x = (f64::from(*x) - k * f64::from(y)) as f32;
+            }
+            let after = dot(v, v).sqrt();
+            if after > 0.0 {
+                v.iter_mut().for_each(|x| *x = (f64::from(*x) * before / after) as f32);
+            }
+        }
     }
 
     fn decode_values(&self, bytes: &[u8], p: usize) -> Option<Vec<f32>> {

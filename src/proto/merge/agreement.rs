@@ -296,9 +296,11 @@ pub(super) fn median_without(sorted: &[f64], skip: usize) -> f64 {
 
 /// Whether `values` point clearly against `momentum` (cosine of the per-tensor unit
 /// directions, concatenated over the fragment's tensors, below `−OPPOSED`); never when the
-/// momentum is zero (nothing merged yet). In a set too small for a median (one or two
-/// contributions) the state's momentum — where the swarm has been going, the same on every
-/// peer that merges from the same state — is the only other witness.
+/// momentum is zero (nothing merged yet). The state's momentum — where the swarm has been
+/// going, the same on every peer that merges from the same state — is a witness no
+/// contributor of the round can move: in a set too small for a median the only one, and
+/// in any set the one colluders cannot outvote (`robust_step` sets such contributions
+/// aside before the agreement).
 pub(super) fn opposes(spec: &FragmentSpec, values: &[f32], momentum: &[f32]) -> bool {
     // Each tensor with both directions non-zero is a unit vector on either side, so the
     // cosine of the concatenations is the sum of the per-tensor cosines over their count.

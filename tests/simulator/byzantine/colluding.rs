@@ -5,14 +5,14 @@
 use super::*;
 
 /// The most weight a quarter of colluding attackers may earn in honest merges, in any seed:
-/// measured at most 0.029 (lag 1, −10× stolen copies) over seeds 76–87; a quarter of the
-/// tokens they claim would be 0.25, and 0.07–0.28 is what they earn without agreement
-/// weights.
-const SHARE_QUARTER: f64 = 0.05;
-/// ... with sparse deltas: measured at most 0.093 (lag 1, aimed deltas).
+/// measured at most 0.057 (lag 0, oblique deltas) over seeds 76–87, 88–99 and 100–111, and
+/// 0.020 for the other attacks; a quarter of the tokens they claim would be 0.25, and
+/// 0.07–0.28 is what they earn without agreement weights.
+const SHARE_QUARTER: f64 = 0.08;
+/// ... with sparse deltas: measured at most 0.109 (lag 0, oblique deltas).
 const SHARE_SPARSE: f64 = 0.15;
-/// ... and from a third of the peers: measured at most 0.070 (lag 1, aimed deltas).
-const SHARE_THIRD: f64 = 0.1;
+/// ... and from a third of the peers: measured at most 0.120 (lag 0, oblique deltas).
+const SHARE_THIRD: f64 = 0.15;
 
 /// Seeds averaged per figure below: at `merge_lag` 0 one seed's honest loss moves ±20%
 /// with arrival order alone (every run takes about 0.05 s).
@@ -109,9 +109,10 @@ fn damage(
 
 /// The attacks that need no provable offence: an author-bound delta within the manifest's
 /// claims, reversed, scaled or aimed against the honest direction.
-const WELL_FORMED: [Attack; 4] = [
+const WELL_FORMED: [Attack; 5] = [
     Attack::Reversed,
     Attack::Direction,
+    Attack::Oblique,
     Attack::ScaledPoison { stolen: false },
     Attack::ScaledPoison { stolen: true },
 ];
