@@ -289,7 +289,9 @@ impl Protocol {
         if o.closed || o.awaiting_snapshot || o.eligible < k {
             return;
         }
-        let wide = o.eligible >= o.wide_at;
+        // At lag 1 the set is the previous round's, complete: any contribution counts.
+        let width = if self.settings.raw().merge_lag == 0 { o.vouched } else { o.eligible };
+        let wide = width >= o.wide_at;
         let close = match o.quorum_at {
             None => {
                 o.quorum_at = Some(now);

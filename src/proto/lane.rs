@@ -35,12 +35,18 @@ pub(crate) struct OpenRound {
     /// sampling.rs`). A fragment's first merge always waits the
     /// cap (`usize::MAX`): nobody has earned credit yet, and no momentum holds a small
     /// set's direction in check. With lag 1 the set is the previous round's, complete: the
-    /// quorum is enough.
+    /// quorum is enough. At lag 0 the count is [`OpenRound::vouched`].
     pub wide_at: usize,
     /// The window in force is the whole cap, waiting for a wide set.
     pub narrow: bool,
     /// Pending contributions eligible for this round (kept incrementally: O(1) per arrival).
     pub eligible: usize,
+    /// Of those, the ones by peers whose votes count and by this one ([`Votes::vouches`]):
+    /// what makes a lag-0 set wide. A contributor without credit — a newcomer, or colluders
+    /// whose work never had weight — is merged if it arrives in time but cannot close the
+    /// round sooner: at lag 0 four refused colluders of 16 arriving early closed sets on
+    /// half the honest deltas.
+    pub vouched: usize,
     pub closed: bool,
     /// The trainer's snapshot for this round has been asked for and not yet given. The
     /// round cannot close before it arrives: a merge applied first would replace the
@@ -151,14 +157,17 @@ impl Lane {
     /// Stores a contribution; returns whether it counts towards the open round.
     pub fn insert(&mut self, hash: ContentHash, h: Held, w: Window) -> bool {
         let counts = self.counts_now(&h, w);
+        let h_origin = h.origin;
         self.claims.insert((h.origin, h.round), hash);
         self.held_bytes += h.bytes.len() as u64;
         if let Some(old) = self.held.insert(hash, h) {
             self.held_bytes -= old.bytes.len() as u64;
         }
+        let vouched = self.votes.vouches(&h_origin);
         if counts {
             if let Some(o) = self.open.as_mut() {
                 o.eligible += 1;
+                o.vouched += usize::from(vouched);
             }
         }
         counts
@@ -176,11 +185,7 @@ impl Lane {
         // Pruning here too (not only after merges) bounds memory when rounds keep being
         // skipped, e.g. with a quorum that never comes.
         self.prune(round, w, m);
-        let eligible = self
-            .held
-            .values()
-            .filter(|h| h.merged_at.is_none() && w.eligible(h.round, round))
-            .count();
+        let (eligible, vouched) = self.pending_for(round, w);
         let wide_at = match (w.lag, self.state.round) {
             (0, 0) => usize::MAX,
             (0, _) if self.state.sampling.period > 1 => {
@@ -198,9 +203,18 @@ impl Lane {
             wide_at,
             narrow: false,
             eligible,
+            vouched,
             closed: false,
             awaiting_snapshot: false,
         });
+    }
+
+    /// How many pending contributions are eligible for `round`, and how many of those
+    /// [`Votes::vouches`] for.
+    pub fn pending_for(&self, round: u64, w: Window) -> (usize, usize) {
+        let pending =
+            self.held.values().filter(|h| h.merged_at.is_none() && w.eligible(h.round, round));
+        pending.fold((0, 0), |(n, v), h| (n + 1, v + usize::from(self.votes.vouches(&h.origin))))
     }
 
     /// Merges the open round's eligible contributions into the state (DESIGN.md §2.3).

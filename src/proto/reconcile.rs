@@ -104,6 +104,12 @@ impl Votes {
         }
     }
 
+    /// Whether a contribution of `peer` makes a round's set wider: this peer's own, or a
+    /// peer's whose votes count.
+    pub fn vouches(&self, peer: &PeerId) -> bool {
+        *peer == self.me || self.counts(peer)
+    }
+
     /// Whether a credit earned for `round` still counts.
     fn current(&self, round: u64) -> bool {
         round.saturating_add(self.lapse) >= self.newest_credit

@@ -49,14 +49,14 @@ fn bounded(a: Attack) -> Option<f64> {
 /// Measured at most 1.15× (an honest delta weighed as twice the median author's).
 const BOUND_CLAIMS: f64 = 1.3;
 /// Well-formed poison from a quarter of the peers, mean over [`SEEDS`] seeds: measured at
-/// most 1.024× (lag 0, −10× stolen copies; seeds 76–87); 1.25–6.29× without agreement
+/// most 1.020× (lag 1, oblique deltas; seeds 76–87); 1.25–6.29× without agreement
 /// weights.
 const BOUND_QUARTER: f64 = 1.1;
 /// ... and from a third: measured at most 1.134× (lag 1, oblique deltas); aimed deltas
 /// cost 1.27× before every contribution was held against the momentum.
 const BOUND_THIRD: f64 = 1.5;
-/// ... and from a quarter with sparse deltas: measured at most 1.110× over seeds 79–90 and
-/// 1.189× over 107–118 (lag 0, oblique deltas); aimed deltas cost 1.22–1.30× over those
+/// ... and from a quarter with sparse deltas: measured at most 1.052× over seeds 79–90 and
+/// 1.139× over 107–118 (lag 0, oblique deltas); aimed deltas cost 1.22–1.30× over those
 /// windows before every contribution was held against the momentum.
 const BOUND_SPARSE: f64 = 1.25;
 

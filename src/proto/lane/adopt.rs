@@ -71,15 +71,11 @@ impl Lane {
         self.state_bytes = bytes;
         self.votes.set_mine(self.state.round, hash, self.state.took());
         self.closed_round = self.closed_round.max(new_round);
-        if let Some(o) = self.open.as_mut() {
+        let pending = self.open.as_ref().map(|o| self.pending_for(o.round, w));
+        if let (Some(o), Some(pending)) = (self.open.as_mut(), pending) {
             // The adopted state already contains this round's merge: do not merge it again.
             o.closed |= o.round <= new_round;
-            let round = o.round;
-            o.eligible = self
-                .held
-                .values()
-                .filter(|h| h.merged_at.is_none() && w.eligible(h.round, round))
-                .count();
+            (o.eligible, o.vouched) = pending;
         }
         let report = Output::Adopted {
             fragment: self.spec.id,

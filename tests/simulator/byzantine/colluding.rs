@@ -6,12 +6,14 @@ use super::*;
 
 /// The most weight a quarter of colluding attackers may earn in honest merges, in any seed:
 /// measured at most 0.057 (lag 0, oblique deltas) over seeds 76–87, 88–99 and 100–111, and
-/// 0.020 for the other attacks; a quarter of the tokens they claim would be 0.25, and
+/// 0.020 for the other attacks (0.055 and 0.020 over 76–87 once only credited peers widen
+/// a lag-0 set); a quarter of the tokens they claim would be 0.25, and
 /// 0.07–0.28 is what they earn without agreement weights.
 const SHARE_QUARTER: f64 = 0.08;
 /// ... with sparse deltas: measured at most 0.109 (lag 0, oblique deltas).
 const SHARE_SPARSE: f64 = 0.15;
-/// ... and from a third of the peers: measured at most 0.120 (lag 0, oblique deltas).
+/// ... and from a third of the peers: measured at most 0.120 (lag 0, oblique deltas; 0.102
+/// once only credited peers widen a lag-0 set).
 const SHARE_THIRD: f64 = 0.15;
 
 /// Seeds averaged per figure below: at `merge_lag` 0 one seed's honest loss moves ±20%
