@@ -157,13 +157,12 @@ impl Lane {
     /// Stores a contribution; returns whether it counts towards the open round.
     pub fn insert(&mut self, hash: ContentHash, h: Held, w: Window) -> bool {
         let counts = self.counts_now(&h, w);
-        let h_origin = h.origin;
+        let vouched = counts && self.votes.vouches(&h.origin);
         self.claims.insert((h.origin, h.round), hash);
         self.held_bytes += h.bytes.len() as u64;
         if let Some(old) = self.held.insert(hash, h) {
             self.held_bytes -= old.bytes.len() as u64;
         }
-        let vouched = self.votes.vouches(&h_origin);
         if counts {
             if let Some(o) = self.open.as_mut() {
                 o.eligible += 1;
