@@ -362,8 +362,9 @@ impl Sim {
     /// Takes hostile peer `i`'s outer momentum of fragment `p` out of each tensor of `v`,
     /// keeping each tensor's norm: a cosine of zero with the momentum, tensor by tensor.
     fn beside_momentum(&self, i: usize, p: usize, v: &mut [f32]) {
-        let Some(m) = self.protocol(i).map(|x| x.state(p).momentum.clone()) else { return };
+        let Some(proto) = self.protocol(i) else { return };
         let Some(spec) = self.plan.fragments.get(p) else { return };
+        let m = &proto.state(p).momentum;
         let dot = |a: &[f32], b: &[f32]| {
             a.iter().zip(b).map(|(&x, &y)| f64::from(x) * f64::from(y)).sum::<f64>()
         };
