@@ -6,7 +6,7 @@
 //! shared VM's rate drifts by a third between seconds).
 //!
 //! `cargo bench --bench throughput -- [--steps N] [--backend NAME|all] [--model PRESET]
-//!  [--matmul N] [--micro-batch ROWS]` (the GPU backend: add `--features wgpu`; with
+//!  [--matmul N] [--micro-batch ROWS] [--activation gelu|hard-swish]` (the GPU backend: add `--features wgpu`; with
 //! `--micro-batch` atoll's trainer runs each batch in passes of ROWS rows, the plain loop
 //! stays whole).
 //! Thread count follows rayon (`RAYON_NUM_THREADS=1` for one core).
@@ -15,6 +15,7 @@ use std::time::Instant;
 
 use atoll::backend::Backend;
 use atoll::data::{Corpus, Shard};
+use atoll::model::Activation;
 use atoll::train::preset::Preset;
 use atoll::train::{to_tensors, TrainConfig, Trainer};
 use burn::grad_clipping::GradientClippingConfig;
@@ -38,15 +39,20 @@ fn main() -> anyhow::Result<()> {
     let matmul_n: usize = value("--matmul").map(|s| s.parse()).transpose()?.unwrap_or(4096);
     let micro: usize = value("--micro-batch").map(|s| s.parse()).transpose()?.unwrap_or(0);
     let corpus = Corpus::embedded()?;
-    let config = preset.train_config(0);
+    let mut config = preset.train_config(0);
+    if let Some(name) = value("--activation") {
+        config.model.activation = <Activation as clap::ValueEnum>::from_str(&name, true)
+            .map_err(|e| anyhow::anyhow!("--activation: {e}"))?;
+    }
     let tokens = config.tokens_per_step();
     let flops_per_token = 6.0 * config.model.num_params() as f64;
     println!(
-        "model: d_model {} layers {} heads {} context {}; batch {} ({tokens} tokens/step), atoll in passes of {} rows; {steps} steps; rayon threads {}",
+        "model: d_model {} layers {} heads {} context {} activation {:?}; batch {} ({tokens} tokens/step), atoll in passes of {} rows; {steps} steps; rayon threads {}",
         config.model.d_model,
         config.model.n_layers,
         config.model.n_heads,
         config.model.context,
+        config.model.activation,
         config.batch,
         if micro == 0 { config.batch } else { micro.min(config.batch) },
         std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "default".into())

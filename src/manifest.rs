@@ -272,6 +272,12 @@ mod tests {
         let mut seeded = m.clone();
         seeded.train.seed = 4;
         assert_eq!(m.diff(&seeded), vec!["train.seed: 3 ≠ 4".to_string()]);
+        let mut swished = m.clone();
+        swished.train.model.activation = crate::model::Activation::HardSwish;
+        assert_ne!(swished.run_id(), m.run_id());
+        assert_eq!(m.diff(&swished).len(), 1, "{:?}", m.diff(&swished));
+        let back = Manifest::from_bytes(&swished.to_bytes()).unwrap();
+        assert_eq!(back.run_id(), swished.run_id());
     }
 
     #[test]

@@ -42,8 +42,8 @@ fn peers_with_different_manifests_refuse_each_other_and_say_why() {
     }
 }
 
-/// `--model` names the model of a new run: a run dir that holds a run of another model
-/// is refused with the reason, before the peer joins anything.
+/// `--model` and `--activation` name the model of a new run: a run dir that holds a run
+/// of another model is refused with the reason, before the peer joins anything.
 #[test]
 fn a_run_dir_of_another_model_refuses_a_preset() {
     let tmp = common::test_dir("preset-");
@@ -53,13 +53,19 @@ fn a_run_dir_of_another_model_refuses_a_preset() {
         dir.join(atoll::manifest::FILE_NAME),
         &tiny_manifest("preset", TrainConfig::tiny(1)),
     );
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_atoll"))
-        .args(["run", "--model", "small", "--steps", "1", "--listen", "/ip4/127.0.0.1/tcp/0"])
-        .arg("--run-dir")
-        .arg(&dir)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "started anyway: {stderr}");
-    assert!(stderr.contains("--model small applies to a new run only"), "{stderr}");
+    let refused = |flags: &[&str], reason: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_atoll"))
+            .arg("run")
+            .args(flags)
+            .args(["--steps", "1", "--listen", "/ip4/127.0.0.1/tcp/0"])
+            .arg("--run-dir")
+            .arg(&dir)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "started anyway: {stderr}");
+        assert!(stderr.contains(reason), "{stderr}");
+    };
+    refused(&["--model", "small"], "--model small applies to a new run only");
+    refused(&["--activation", "hard-swish"], "--activation hard-swish applies to a new run only");
 }

@@ -96,18 +96,32 @@ fn net_config(args: &Args) -> anyhow::Result<NetConfig> {
 /// A run dir that already holds another manifest is refused with the difference.
 fn resolve_manifest(args: &Args, corpus: &atoll::data::Corpus) -> anyhow::Result<Manifest> {
     let preset = args.model.unwrap_or_default();
-    let train = preset.train_config(TrainConfig::default().seed);
+    let mut train = preset.train_config(TrainConfig::default().seed);
+    train.model.activation = args.activation.unwrap_or(train.model.activation);
     let protocol = manifest::preset_protocol(preset);
     let default = || Manifest::new(&args.run_name, train.clone(), corpus, protocol.clone());
     let manifest = known_manifest(args, Some(&default))?.unwrap_or_else(default);
-    if let Some(preset) = args.model.filter(|_| manifest.train.model != train.model) {
+    let name = |v: Option<clap::builder::PossibleValue>| v.map(|v| v.get_name().to_owned());
+    let chosen: Vec<String> = [
+        args.model
+            .and_then(|p| name(clap::ValueEnum::to_possible_value(&p)))
+            .map(|n| format!("--model {n}")),
+        args.activation
+            .and_then(|a| name(clap::ValueEnum::to_possible_value(&a)))
+            .map(|n| format!("--activation {n}")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if !chosen.is_empty() && manifest.train.model != train.model {
         bail!(
-            "{} holds a run of another model ({} parameters); --model {} applies to a new run \
-             only: use a fresh run dir",
+            "{} holds a run of another model ({} parameters, {:?}); {} {} to a new run only: use \
+             a fresh run dir",
             args.run_dir.display(),
             manifest.train.model.num_params(),
-            clap::ValueEnum::to_possible_value(&preset)
-                .map_or_else(String::new, |v| v.get_name().to_owned())
+            manifest.train.model.activation,
+            chosen.join(" and "),
+            if chosen.len() > 1 { "apply" } else { "applies" },
         );
     }
     Ok(manifest)

@@ -11,6 +11,7 @@ use atoll::data::Corpus;
 use atoll::fleet::{self, Process, Spec, Until};
 use atoll::fragment::FragmentPlan;
 use atoll::manifest::{self, Manifest};
+use atoll::model::Activation;
 use atoll::rundir::anchors;
 use atoll::rundir::status;
 use atoll::train::preset::Preset;
@@ -37,6 +38,10 @@ pub struct RunArgs {
     /// Model size of the default run (a `--config` manifest names its own model).
     #[arg(long, value_enum, conflicts_with = "config")]
     pub model: Option<Preset>,
+    /// The default run's feed-forward activation (`atoll train --activation`). Default:
+    /// the preset's.
+    #[arg(long, value_enum, conflicts_with = "config")]
+    pub activation: Option<Activation>,
     /// Backend of every peer: flex or ndarray (CPU), wgpu (GPU, when built with
     /// `--features wgpu`).
     #[arg(long, default_value = "flex")]
@@ -74,7 +79,11 @@ impl RunArgs {
     pub fn open(&self, decay_steps: Option<u64>) -> anyhow::Result<(Corpus, Manifest)> {
         let corpus = super::train::load_corpus(self.data.as_deref())?;
         let preset = self.model.unwrap_or_default();
-        let manifest = manifest(self.config.as_deref(), preset, self.seed, decay_steps, &corpus)?;
+        let mut manifest =
+            manifest(self.config.as_deref(), preset, self.seed, decay_steps, &corpus)?;
+        if let Some(activation) = self.activation {
+            manifest.train.model.activation = activation;
+        }
         Ok((corpus, manifest))
     }
 

@@ -40,6 +40,10 @@ pub struct Args {
     /// names its own model).
     #[arg(long, value_enum, conflicts_with_all = ["config", "join"])]
     pub model: Option<atoll::train::preset::Preset>,
+    /// Feed-forward activation of a new default run (`atoll train --activation`).
+    /// Default: the preset's.
+    #[arg(long, value_enum, conflicts_with_all = ["config", "join"])]
+    pub activation: Option<atoll::model::Activation>,
     /// Train until this many inner steps in total, then merge until the swarm is quiet.
     #[arg(long, conflicts_with_all = ["duration", "no_train"])]
     pub steps: Option<u64>,
