@@ -6,9 +6,9 @@
 //! shared VM's rate drifts by a third between seconds).
 //!
 //! `cargo bench --bench throughput -- [--steps N] [--backend NAME|all] [--model PRESET]
-//!  [--matmul N] [--micro-batch ROWS] [--activation gelu|hard-swish]` (the GPU backend: add `--features wgpu`; with
-//! `--micro-batch` atoll's trainer runs each batch in passes of ROWS rows, the plain loop
-//! stays whole).
+//!  [--matmul N] [--micro-batch ROWS] [--activation gelu|hard-swish]` (the GPU backend:
+//! add `--features wgpu`; with `--micro-batch` atoll's trainer runs each batch in passes
+//! of ROWS rows, the plain loop stays whole; `--activation` overrides the preset's).
 //! Thread count follows rayon (`RAYON_NUM_THREADS=1` for one core).
 
 use std::time::Instant;
