@@ -101,18 +101,16 @@ fn resolve_manifest(args: &Args, corpus: &atoll::data::Corpus) -> anyhow::Result
     let protocol = manifest::preset_protocol(preset);
     let default = || Manifest::new(&args.run_name, train.clone(), corpus, protocol.clone());
     let manifest = known_manifest(args, Some(&default))?.unwrap_or_else(default);
-    let name = |v: Option<clap::builder::PossibleValue>| v.map(|v| v.get_name().to_owned());
-    let chosen: Vec<String> = [
-        args.model
-            .and_then(|p| name(clap::ValueEnum::to_possible_value(&p)))
-            .map(|n| format!("--model {n}")),
-        args.activation
-            .and_then(|a| name(clap::ValueEnum::to_possible_value(&a)))
-            .map(|n| format!("--activation {n}")),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
+    let name = |v: Option<clap::builder::PossibleValue>| {
+        v.map_or_else(String::new, |v| v.get_name().to_owned())
+    };
+    let mut chosen = Vec::new();
+    if let Some(p) = args.model {
+        chosen.push(format!("--model {}", name(clap::ValueEnum::to_possible_value(&p))));
+    }
+    if let Some(a) = args.activation {
+        chosen.push(format!("--activation {}", name(clap::ValueEnum::to_possible_value(&a))));
+    }
     if !chosen.is_empty() && manifest.train.model != train.model {
         bail!(
             "{} holds a run of another model ({} parameters, {:?}); {} {} to a new run only: use \
