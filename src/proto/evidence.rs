@@ -229,6 +229,9 @@ impl Lane {
     /// holds for its round: the swarm's next states then descend from states held here, so
     /// the grandparent is not needed (it costs 8 bytes a parameter).
     pub fn forget_settled_grandparent(&mut self) {
+        if self.prior_before.is_none() {
+            return;
+        }
         let round = self.state.round;
         let settled = self.votes.leader(round).is_some_and(|l| l.hash == self.state_hash);
         if settled {

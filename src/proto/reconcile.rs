@@ -32,17 +32,17 @@
 use super::fasthash::{FastMap, FastSet};
 use super::PeerId;
 use crate::delta::ContentHash;
-use std::collections::BTreeMap;
 
 /// The latest state announcement of each peer, for one fragment.
 #[derive(Debug, Clone)]
 pub struct Votes {
     me: PeerId,
-    latest: FastMap<PeerId, (u64, ContentHash)>,
-    /// How many contributions each voter claims its latest state's merge took (only for
-    /// votes that came as state announcements).
-    claims: FastMap<PeerId, u32>,
-    /// Voters with verified work: the round of their latest accepted contribution.
+    /// Each voter's latest vote. Every question about the votes walks this map, so an
+    /// entry carries what the walk asks of its voter (its claim, a copy of its credit)
+    /// instead of a lookup in another map per voter.
+    latest: FastMap<PeerId, Vote>,
+    /// Voters with verified work: the round of their latest accepted contribution
+    /// (mirrored in `latest`'s entries).
     credits: FastMap<PeerId, u64>,
     /// Most peers remembered (in each map); fake identities cannot grow memory past it.
     capacity: usize,
@@ -54,6 +54,24 @@ pub struct Votes {
     newest_credit: u64,
     /// Rounds a credit lasts behind the newest one.
     lapse: u64,
+}
+
+/// A voter's latest vote, with what the tallies read of its voter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Vote {
+    round: u64,
+    hash: ContentHash,
+    /// How many contributions the voter claims the state's merge took (only for votes that
+    /// came as state announcements).
+    claim: Option<u32>,
+    /// The voter's entry in [`Votes::credits`], kept equal to it.
+    credit: Option<u64>,
+}
+
+impl Vote {
+    fn is(&self, round: u64, hash: ContentHash) -> bool {
+        self.round == round && self.hash == hash
+    }
 }
 
 /// Rounds a credit lasts behind the newest credit, at period 1: long enough for a peer that
@@ -77,7 +95,6 @@ impl Votes {
         Self {
             me,
             latest: FastMap::default(),
-            claims: FastMap::default(),
             credits: FastMap::default(),
             capacity,
             max_round: 0,
@@ -98,8 +115,13 @@ impl Votes {
     /// and a state only it holds would be a lineage nobody follows — it follows theirs
     /// instead. A peer that never contributed (a joiner, an observer) keeps its own vote.
     pub fn counts(&self, peer: &PeerId) -> bool {
-        match self.credits.get(peer) {
-            Some(&r) => self.current(r),
+        self.counts_with(peer, self.credits.get(peer).copied())
+    }
+
+    /// [`Votes::counts`] for a voter whose credit is `credit`.
+    fn counts_with(&self, peer: &PeerId, credit: Option<u64>) -> bool {
+        match credit {
+            Some(r) => self.current(r),
             None => *peer == self.me,
         }
     }
@@ -146,14 +168,19 @@ impl Votes {
             match stalest {
                 Some((r, p)) if !self.current(r) => {
                     self.credits.remove(&p);
+                    if let Some(v) = self.latest.get_mut(&p) {
+                        v.credit = None;
+                    }
                 }
                 _ => return,
             }
         }
         let r = self.credits.entry(peer).or_insert(round);
         *r = (*r).max(round);
-        if let Some((r, _)) = self.latest.get(&peer) {
-            self.max_round = self.max_round.max(*r);
+        let credit = Some(*r);
+        if let Some(v) = self.latest.get_mut(&peer) {
+            v.credit = credit;
+            self.max_round = self.max_round.max(v.round);
         }
     }
 
@@ -161,8 +188,8 @@ impl Votes {
     /// an older state). Announcements of ours heard from the network go through
     /// [`Votes::record`], where an older one (a replay) changes nothing.
     pub fn set_mine(&mut self, round: u64, hash: ContentHash, took: u32) {
-        self.latest.insert(self.me, (round, hash));
-        self.claims.insert(self.me, took);
+        let credit = self.credits.get(&self.me).copied();
+        self.latest.insert(self.me, Vote { round, hash, claim: Some(took), credit });
         if self.counts(&self.me) {
             self.max_round = self.max_round.max(round);
         }
@@ -173,19 +200,20 @@ impl Votes {
         let full = self.latest.len() >= self.capacity;
         match self.latest.entry(peer) {
             std::collections::hash_map::Entry::Occupied(mut e) => {
-                if e.get().0 > round {
+                let v = e.get_mut();
+                if v.round > round {
                     return;
                 }
-                if *e.get() != (round, hash) {
-                    self.claims.remove(&peer);
+                if !v.is(round, hash) {
+                    *v = Vote { round, hash, claim: None, credit: v.credit };
                 }
-                e.insert((round, hash));
             }
             std::collections::hash_map::Entry::Vacant(e) => {
                 if full {
                     return;
                 }
-                e.insert((round, hash));
+                let credit = self.credits.get(&peer).copied();
+                e.insert(Vote { round, hash, claim: None, credit });
             }
         }
         if self.counts(&peer) {
@@ -196,8 +224,8 @@ impl Votes {
     /// Notes that `peer` claims its state `hash` of `round` took `took` contributions (if
     /// that is still its latest vote).
     pub fn claim(&mut self, peer: PeerId, round: u64, hash: ContentHash, took: u32) {
-        if self.latest.get(&peer) == Some(&(round, hash)) {
-            self.claims.insert(peer, took);
+        if let Some(v) = self.latest.get_mut(&peer).filter(|v| v.is(round, hash)) {
+            v.claim = Some(took);
         }
     }
 
@@ -206,7 +234,8 @@ impl Votes {
     /// announced a state they do not hold, or lied about it to win a tie.
     pub fn misclaimed(&self, round: u64, hash: ContentHash, took: u32) -> Vec<PeerId> {
         let mut h = self.holders(round, hash);
-        h.retain(|p| *p != self.me && self.claims.get(p).is_some_and(|&c| c != took));
+        let claim = |p: &PeerId| self.latest.get(p).and_then(|v| v.claim);
+        h.retain(|p| *p != self.me && claim(p).is_some_and(|c| c != took));
         h
     }
 
@@ -216,16 +245,19 @@ impl Votes {
             return;
         }
         self.credits.remove(&peer);
+        if let Some(v) = self.latest.get_mut(&peer) {
+            v.credit = None;
+        }
         if self.discredited.len() < self.capacity {
             self.discredited.insert(peer);
         }
-        self.max_round = self.counted().map(|(_, (r, _))| *r).max().unwrap_or(0);
+        self.max_round = self.counted().map(|(_, v)| v.round).max().unwrap_or(0);
     }
 
     /// The counted voters holding `hash` for `round`.
     pub fn holders(&self, round: u64, hash: ContentHash) -> Vec<PeerId> {
         let mut h: Vec<PeerId> =
-            self.counted().filter(|(_, v)| **v == (round, hash)).map(|(p, _)| *p).collect();
+            self.counted().filter(|(_, v)| v.is(round, hash)).map(|(p, _)| *p).collect();
         h.sort_unstable();
         h
     }
@@ -255,51 +287,54 @@ impl Votes {
         };
         let oldest = newest.saturating_sub(keep);
         self.lapse = CREDIT_LAPSE.saturating_add(4 * u64::from(period));
-        self.latest.retain(|_, (r, _)| *r >= oldest);
-        self.claims.retain(|p, _| self.latest.contains_key(p));
-        self.max_round = self.counted().map(|(_, (r, _))| *r).max().unwrap_or(0);
+        self.latest.retain(|_, v| v.round >= oldest);
+        self.max_round = self.counted().map(|(_, v)| v.round).max().unwrap_or(0);
     }
 
     /// The votes that count.
-    fn counted(&self) -> impl Iterator<Item = (&PeerId, &(u64, ContentHash))> {
-        self.latest.iter().filter(|(p, _)| self.counts(p))
+    fn counted(&self) -> impl Iterator<Item = (&PeerId, &Vote)> {
+        self.latest.iter().filter(|(p, v)| self.counts_with(p, v.credit))
     }
 
     /// The most recent round that a counted voter announced, up to `max_round`.
     pub fn latest_round(&self, max_round: u64) -> Option<u64> {
-        self.counted().map(|(_, (r, _))| *r).filter(|&r| r <= max_round).max()
+        self.counted().map(|(_, v)| v.round).filter(|&r| r <= max_round).max()
     }
 
     /// The state most peers hold for `round` (ties: the one whose holders claim it took
     /// more contributions — the least any of them claims — then the smallest hash).
     pub fn leader(&self, round: u64) -> Option<Leader> {
-        let mut tally: BTreeMap<ContentHash, (Vec<PeerId>, Option<u32>)> = BTreeMap::new();
-        let mut voters = 0;
-        for (peer, (r, h)) in self.counted() {
-            if *r == round {
-                let (holders, took) = tally.entry(*h).or_default();
-                holders.push(*peer);
-                if let Some(&c) = self.claims.get(peer) {
-                    *took = Some(took.map_or(c, |t| t.min(c)));
-                }
-                voters += 1;
+        // The round's counted votes in (hash, voter) order: each state's holders are a run,
+        // in id order.
+        let mut votes: Vec<(ContentHash, PeerId, Option<u32>)> = self
+            .counted()
+            .filter(|(_, v)| v.round == round)
+            .map(|(p, v)| (v.hash, *p, v.claim))
+            .collect();
+        votes.sort_unstable_by_key(|&(h, p, _)| (h, p));
+        // The most holders, then the highest count the least claiming holder claims (0
+        // without a claim); runs come in ascending hash order and only a strictly better
+        // one replaces the best, so the smallest hash wins ties.
+        let mut best: Option<(&[(ContentHash, PeerId, Option<u32>)], (usize, u32))> = None;
+        for run in votes.chunk_by(|a, b| a.0 == b.0) {
+            let took = run.iter().filter_map(|v| v.2).min().unwrap_or(0);
+            let key = (run.len(), took);
+            if best.is_none_or(|(_, k)| key > k) {
+                best = Some((run, key));
             }
         }
-        // BTreeMap iterates hashes in ascending order; `max_by_key` keeps the last maximum,
-        // so iterate in reverse to make the smallest hash win ties.
-        let (hash, (mut holders, _)) =
-            tally.into_iter().rev().max_by_key(|(_, (p, took))| (p.len(), took.unwrap_or(0)))?;
-        holders.sort_unstable();
-        Some(Leader { round, hash, holders, voters })
+        let (run, _) = best?;
+        let holders = run.iter().map(|v| v.1).collect();
+        Some(Leader { round, hash: run[0].0, holders, voters: votes.len() })
     }
 
     /// Fraction of the peers that announced `round` holding `hash` (1 when nobody did).
     pub fn agreement(&self, round: u64, hash: ContentHash) -> f64 {
         let (mut same, mut all) = (0usize, 0usize);
-        for (_, (r, h)) in self.counted() {
-            if *r == round {
+        for (_, v) in self.counted() {
+            if v.round == round {
                 all += 1;
-                same += usize::from(*h == hash);
+                same += usize::from(v.hash == hash);
             }
         }
         if all == 0 {

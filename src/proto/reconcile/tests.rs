@@ -161,7 +161,7 @@ fn our_own_vote_lapses_with_our_credit() {
     // A replay of an older announcement of ours changes nothing; going back to the
     // swarm's older state replaces our newer vote.
     v.record(me, 8, b);
-    assert_eq!(v.latest[&me], (9, a));
+    assert!(v.latest[&me].is(9, a));
     v.set_mine(8, b, 0);
     v.credit(me, 4 + v.lapse());
     assert_eq!(v.leader(8).unwrap().holders, vec![me, PeerId(1)]);
@@ -186,4 +186,57 @@ fn only_credited_voters_count() {
     // Pruning forgets old votes, not credits.
     v.prune(0, 0, 1);
     assert_eq!(v.max_round(), 9);
+}
+
+/// Every way a credit or a vote changes keeps the copy of each voter's credit in its vote
+/// equal to the credit itself (the tallies read the copy), with the map full or not.
+mod mirrored_credits {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Record(u64, u64, u8),
+        Claim(u64, u64, u8, u32),
+        Credit(u64, u64),
+        Discredit(u64),
+        Mine(u64, u8),
+        Prune(u64, u64),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let (peer, round, hash) = (0u64..6, 0u64..200, 0u8..3);
+        prop_oneof![
+            (peer.clone(), round.clone(), hash.clone()).prop_map(|(p, r, h)| Op::Record(p, r, h)),
+            (peer.clone(), round.clone(), hash.clone(), 0u32..4)
+                .prop_map(|(p, r, h, t)| Op::Claim(p, r, h, t)),
+            (peer.clone(), round.clone()).prop_map(|(p, r)| Op::Credit(p, r)),
+            peer.prop_map(Op::Discredit),
+            (round.clone(), hash).prop_map(|(r, h)| Op::Mine(r, h)),
+            (round, 0u64..8).prop_map(|(r, k)| Op::Prune(r, k)),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn the_copy_in_each_vote_is_the_credit(ops in prop::collection::vec(op(), 1..60)) {
+            let hash = |h: u8| ContentHash([h; 32]);
+            // Room for three voters: credits evict, new votes are refused.
+            let mut v = Votes::new(PeerId(0), 3);
+            for op in ops {
+                match op {
+                    Op::Record(p, r, h) => v.record(PeerId(p), r, hash(h)),
+                    Op::Claim(p, r, h, t) => v.claim(PeerId(p), r, hash(h), t),
+                    Op::Credit(p, r) => v.credit(PeerId(p), r),
+                    Op::Discredit(p) => v.discredit(PeerId(p)),
+                    Op::Mine(r, h) => v.set_mine(r, hash(h), 1),
+                    Op::Prune(r, k) => v.prune(r, k, 1),
+                }
+                for (p, vote) in &v.latest {
+                    prop_assert_eq!(vote.credit, v.credits.get(p).copied(), "voter {:?}", p);
+                    prop_assert_eq!(v.counts_with(p, vote.credit), v.counts(p));
+                }
+            }
+        }
+    }
 }
