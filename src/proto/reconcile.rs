@@ -304,9 +304,11 @@ impl Votes {
     /// The state most peers hold for `round` (ties: the one whose holders claim it took
     /// more contributions — the least any of them claims — then the smallest hash).
     pub fn leader(&self, round: u64) -> Option<Leader> {
+        /// A counted vote of the round: the state, its voter and the voter's claim.
+        type Ballot = (ContentHash, PeerId, Option<u32>);
         // The round's counted votes in (hash, voter) order: each state's holders are a run,
         // in id order.
-        let mut votes: Vec<(ContentHash, PeerId, Option<u32>)> = self
+        let mut votes: Vec<Ballot> = self
             .counted()
             .filter(|(_, v)| v.round == round)
             .map(|(p, v)| (v.hash, *p, v.claim))
@@ -315,7 +317,7 @@ impl Votes {
         // The most holders, then the highest count the least claiming holder claims (0
         // without a claim); runs come in ascending hash order and only a strictly better
         // one replaces the best, so the smallest hash wins ties.
-        let mut best: Option<(&[(ContentHash, PeerId, Option<u32>)], (usize, u32))> = None;
+        let mut best: Option<(&[Ballot], (usize, u32))> = None;
         for run in votes.chunk_by(|a, b| a.0 == b.0) {
             let took = run.iter().filter_map(|v| v.2).min().unwrap_or(0);
             let key = (run.len(), took);
