@@ -88,7 +88,7 @@ impl Lane {
         }
         let mut merged: Vec<u64> = ids.iter().map(ContentHash::short).collect();
         merged.sort_unstable();
-        Some(Recipe { parent: self.state.parent, merged })
+        Some(Recipe { parent: self.state.parent, merged: merged.into() })
     }
 
     /// Keeps the recipe `from` announced for state `hash` of `round`, if `from` is a

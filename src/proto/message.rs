@@ -17,6 +17,7 @@
 use crate::cursor::{Cursor, Short};
 use crate::delta::ContentHash;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// Version of the message format; carried in every envelope and in the topic name.
 pub const PROTOCOL_VERSION: u16 = 2;
@@ -79,10 +80,12 @@ pub struct StateAnnounce {
 pub const MAX_RECIPE_IDS: usize = 160;
 
 /// A state's parent and the short ids (sorted) of the contributions its last merge took.
+/// The ids are shared, not copied: every voter's recipe table keeps the announcement's
+/// list, and a simulated gossip hands one message to thousands of peers.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Recipe {
     pub parent: ContentHash,
-    pub merged: Vec<u64>,
+    pub merged: Arc<[u64]>,
 }
 
 /// Everything the protocol gossips.
@@ -269,14 +272,14 @@ mod tests {
     }
 
     fn examples() -> Vec<Message> {
-        let recipe = Recipe { parent: ContentHash::of(b"p"), merged: vec![1, 5, u64::MAX] };
+        let recipe = Recipe { parent: ContentHash::of(b"p"), merged: vec![1, 5, u64::MAX].into() };
         vec![
             contribution(),
             state(None, None),
             state(Some(4), None),
             state(None, Some(recipe.clone())),
             state(Some(3), Some(recipe)),
-            state(Some(0), Some(Recipe { parent: ContentHash::of(b"q"), merged: vec![] })),
+            state(Some(0), Some(Recipe { parent: ContentHash::of(b"q"), merged: Arc::new([]) })),
         ]
     }
 
@@ -318,7 +321,7 @@ mod tests {
         // A count of more ids than the message holds is cut short.
         let mut many = encode_message(&state(
             None,
-            Some(Recipe { parent: ContentHash::of(b"p"), merged: vec![7] }),
+            Some(Recipe { parent: ContentHash::of(b"p"), merged: vec![7].into() }),
         ));
         let at = many.len() - 10;
         many[at..at + 2].copy_from_slice(&2u16.to_le_bytes());
@@ -368,7 +371,7 @@ mod tests {
                 hash: ContentHash::of(&seed.to_le_bytes()),
                 size,
                 took,
-                recipe: ids.map(|merged| Recipe { parent: ContentHash::of(&[1]), merged }),
+                recipe: ids.map(|merged| Recipe { parent: ContentHash::of(&[1]), merged: merged.into() }),
             });
             let bytes = encode_message(&m);
             prop_assert!(bytes.len() <= MAX_MESSAGE_BYTES);

@@ -15,7 +15,8 @@ fn every_credited_voter_keeps_its_latest_recipe_however_many_states_a_round_spli
     let mut p = peer(1, 0);
     p.start(0);
     let lane = &mut p.lanes[0];
-    let recipe = |i: u64| Recipe { parent: ContentHash::of(&i.to_le_bytes()), merged: vec![i] };
+    let recipe =
+        |i: u64| Recipe { parent: ContentHash::of(&i.to_le_bytes()), merged: vec![i].into() };
     let state = |i: u64| ContentHash::of(format!("state {i}").as_bytes());
     // 300 voters, each on a state of its own (a table of 256 by hash refused the rest).
     for v in 100..400 {
@@ -45,8 +46,8 @@ fn the_recipe_tried_is_the_one_most_voters_announced() {
     p.start(0);
     let lane = &mut p.lanes[0];
     let state = ContentHash::of(b"the swarm's state");
-    let honest = Recipe { parent: ContentHash::of(b"parent"), merged: vec![3, 7] };
-    let lie = Recipe { parent: ContentHash::of(b"parent"), merged: vec![3] };
+    let honest = Recipe { parent: ContentHash::of(b"parent"), merged: vec![3, 7].into() };
+    let lie = Recipe { parent: ContentHash::of(b"parent"), merged: vec![3].into() };
     for v in [2, 5, 6] {
         lane.votes.credit(PeerId(v), 1);
     }
@@ -87,7 +88,7 @@ fn every_state_fetch_is_counted_with_why_it_was_not_recomputed() {
     assert_eq!(causes(true, Some(elsewhere)), one(|c| &mut c.no_parent));
     // Peer 4's delta never reached this peer.
     assert_eq!(causes(false, Some(honest.clone())), one(|c| &mut c.missing_deltas));
-    let lie = Recipe { merged: honest.merged[..2].to_vec(), ..honest };
+    let lie = Recipe { merged: honest.merged[..2].into(), ..honest };
     assert_eq!(causes(true, Some(lie)), one(|c| &mut c.recipe_failed));
 }
 

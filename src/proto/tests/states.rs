@@ -73,7 +73,7 @@ pub(super) fn recipe_of(state: &FragmentState) -> Recipe {
     let (_, ids) = state.log.back().unwrap();
     let mut merged: Vec<u64> = ids.iter().map(ContentHash::short).collect();
     merged.sort_unstable();
-    Recipe { parent: state.parent, merged }
+    Recipe { parent: state.parent, merged: merged.into() }
 }
 
 /// Peer 4's round-1 delta reaches `p` after its merge; returns its announcement.
@@ -190,7 +190,7 @@ fn a_competing_state_is_recomputed_from_its_recipe_not_fetched() {
     let (_, ids) = theirs.log.back().unwrap().clone();
     let mut ids: Vec<u64> = ids.iter().map(ContentHash::short).collect();
     ids.sort_unstable();
-    let honest = Recipe { parent: theirs.parent, merged: ids.clone() };
+    let honest = Recipe { parent: theirs.parent, merged: ids.clone().into() };
     assert_eq!(q.state(0).log.back().map(|(r, _)| *r), Some(1));
 
     let mut p = merged_round_one(1, &[(2, 0.1), (3, 0.2)]);
@@ -210,7 +210,7 @@ fn a_competing_state_is_recomputed_from_its_recipe_not_fetched() {
     // fetched as before, and nothing is adopted on the recipe's word.
     let mut p = merged_round_one(1, &[(2, 0.1), (3, 0.2)]);
     deliver_late(&mut p);
-    let lie = Recipe { parent: theirs.parent, merged: ids[..2].to_vec() };
+    let lie = Recipe { parent: theirs.parent, merged: ids[..2].into() };
     let out = announce_with_recipe(&mut p, &[2, 3, 4], &theirs, lie, 1200);
     assert_eq!(fetched(&out), Some(theirs.hash()));
     assert_eq!(p.metrics().recomputed, 0);
