@@ -10,6 +10,7 @@ use atoll::backend::Backend;
 use atoll::data::Corpus;
 use atoll::fleet::{Process, Spec, Until};
 use atoll::manifest::Manifest;
+use atoll::proto::{RawSettings, Settings};
 use atoll::train::pace;
 
 use super::swarm::{self, Console, Launcher};
@@ -22,10 +23,13 @@ pub const SUMMARY_FILE: &str = "summary.json";
 const REFRESH: Duration = Duration::from_millis(500);
 /// How long the demo times inner steps before it writes the manifest.
 const MEASURE: Duration = Duration::from_secs(2);
-/// A peer's work besides its steps (validation, encoding, merging, the network), as a
-/// share of its step time: measured on the default model (bench/RESULTS.md, "A period of
-/// h steps on any machine").
+/// A peer's work besides its steps, as a share of its step time (validation, and a
+/// share of the other peers' work on the same cores) and per period (encoding, fetching and
+/// merging its fragments, whatever the step): measured on the default model
+/// (bench/RESULTS.md, "A period of h steps on any machine", "Periods shorter than the
+/// preset's").
 const MARGIN: f64 = 1.2;
+const PERIOD_WORK: Duration = Duration::from_millis(400);
 
 /// Arguments of `atoll demo`.
 #[derive(Debug, clap::Args)]
@@ -75,9 +79,10 @@ pub struct Args {
     pub late_after: Option<u64>,
     /// The run's reference inner step in ms: its rounds come every h × MS ms. Default: an
     /// inner step timed here with all the peers stepping at once, plus a fifth for the rest of
-    /// a peer's work, so that a period holds about h steps on this machine (never under the
-    /// preset's reference step or --min-step-ms). A --config manifest, and a swarm of
-    /// --slowdown or GPU peers, keeps its own unless this is given.
+    /// a peer's work, so that a period holds about h steps on this machine (never under 100
+    /// ms or --min-step-ms). A period shorter than the preset's reference shrinks the grace
+    /// cap and the quorum wait with it (given MS: only where they would not fit). A --config
+    /// manifest, and a swarm of --slowdown or GPU peers, keeps its own unless this is given.
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     pub step_ms: Option<u64>,
     /// A mixed swarm: the peers' backends in turn (peer I gets the I-th, cycling), e.g.
@@ -211,8 +216,17 @@ pub fn main(mut args: Args) -> anyhow::Result<()> {
 /// full speed.
 fn paced(args: &Args, mut manifest: Manifest, corpus: &Corpus) -> anyhow::Result<Manifest> {
     let peers = args.peers + args.late_peers;
-    let step_ms = match args.step_ms {
-        Some(ms) => ms,
+    let protocol = manifest.protocol.clone();
+    let paced = match args.step_ms {
+        // The manifest's windows where they fit the chosen period, else shrunk with it.
+        Some(ms) => {
+            let kept = RawSettings { step_ms: ms, ..protocol.clone() };
+            if Settings::new(kept.clone()).is_ok() {
+                kept
+            } else {
+                protocol.paced(ms)
+            }
+        }
         None if args.run.config.is_some()
             || args.method != super::run::Method::Atoll
             || args.slowdown != atoll::node::Slowdown::NONE
@@ -225,17 +239,19 @@ fn paced(args: &Args, mut manifest: Manifest, corpus: &Corpus) -> anyhow::Result
             let rows = args.run.micro_batch.unwrap_or(0) as usize;
             let (backend, train) = (args.run.backend, &manifest.train);
             let step = pace::measure_step(train, backend, corpus, peers, rows, MEASURE)?;
-            let floor = manifest.protocol.step_ms.max(args.pace.min_step_ms.unwrap_or(0));
-            let ms = pace::step_ms(step, MARGIN, floor);
+            let floor = pace::MIN_STEP_MS.max(args.pace.min_step_ms.unwrap_or(0));
+            let h = u32::try_from(manifest.protocol.h).unwrap_or(u32::MAX).max(1);
+            let ms = pace::step_ms(step, MARGIN, PERIOD_WORK / h, floor);
             println!(
                 "demo: an inner step takes {} ms here; rounds every {} × {ms} ms (--step-ms)",
                 step.as_millis(),
                 manifest.protocol.h
             );
-            ms
+            // The preset's windows keep their share of a period shorter than its reference.
+            protocol.paced(ms)
         }
     };
-    manifest.protocol.step_ms = step_ms;
+    manifest.protocol = paced;
     manifest.validate()?;
     Ok(manifest)
 }
@@ -334,24 +350,33 @@ mod tests {
         args: Args,
     }
 
-    /// The `step_ms` of the manifest `atoll demo LINE` would write.
-    fn paced_ms(line: &[&str]) -> anyhow::Result<u64> {
+    /// The protocol settings of the manifest `atoll demo LINE` would write.
+    fn paced_protocol(line: &[&str]) -> anyhow::Result<RawSettings> {
         let args = Demo::try_parse_from(std::iter::once("demo").chain(line.iter().copied()))?.args;
         let (corpus, manifest) = args.run.open(Some(args.steps))?;
-        Ok(paced(&args, manifest, &corpus)?.protocol.step_ms)
+        Ok(paced(&args, manifest, &corpus)?.protocol)
+    }
+
+    fn paced_ms(line: &[&str]) -> u64 {
+        paced_protocol(line).unwrap().step_ms
     }
 
     #[test]
     fn the_demo_paces_its_own_run_by_this_machine() {
-        // A tiny step takes milliseconds even with four peers: the preset's pace stands,
-        // or the step floor where it is longer.
-        assert_eq!(paced_ms(&["--model", "tiny"]).unwrap(), 250);
-        assert_eq!(paced_ms(&["--model", "tiny", "--min-step-ms", "330"]).unwrap(), 330);
+        // A tiny step takes milliseconds even with four peers: the shortest pace stands,
+        // or the step floor where it is longer, with the grace cap shrunk in proportion
+        // to the preset's 250 ms (500 ms there).
+        let tiny = paced_protocol(&["--model", "tiny"]).unwrap();
+        assert_eq!((tiny.step_ms, tiny.grace_cap_ms), (pace::MIN_STEP_MS, 200));
+        assert_eq!(paced_ms(&["--model", "tiny", "--min-step-ms", "330"]), 330);
         // Chosen, or not measured: slowed peers keep the preset's pace.
-        assert_eq!(paced_ms(&["--model", "tiny", "--step-ms", "400"]).unwrap(), 400);
-        assert_eq!(paced_ms(&["--model", "base", "--slowdown", "2"]).unwrap(), 6_000);
-        // A period too short for the grace window is refused, with the reason.
-        let e = paced_ms(&["--model", "tiny", "--step-ms", "70"]).unwrap_err().to_string();
-        assert!(e.contains("period = h × step_ms = 700 ms"), "{e}");
+        assert_eq!(paced_ms(&["--model", "tiny", "--step-ms", "400"]), 400);
+        assert_eq!(paced_ms(&["--model", "base", "--slowdown", "2"]), 6_000);
+        // A chosen period keeps the preset's windows where they fit, else shrinks them:
+        // 70 ms (a 700 ms period) was refused while they stayed.
+        let kept = paced_protocol(&["--model", "tiny", "--step-ms", "200"]).unwrap();
+        assert_eq!((kept.step_ms, kept.grace_cap_ms), (200, 500));
+        let short = paced_protocol(&["--model", "tiny", "--step-ms", "70"]).unwrap();
+        assert_eq!((short.step_ms, short.grace_cap_ms, short.max_wait_ms), (70, 140, None));
     }
 }

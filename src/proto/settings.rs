@@ -160,6 +160,29 @@ impl Default for RawSettings {
     }
 }
 
+impl RawSettings {
+    /// The same run on a clock of `step_ms`: a shorter step shrinks the windows set in ms
+    /// (the grace cap, and the max wait if set) in proportion, so they keep their share of
+    /// the shorter period and a run that was valid stays valid; a longer one keeps them as
+    /// they are.
+    pub fn paced(self, step_ms: u64) -> Self {
+        let (old, new) = (self.step_ms.max(1), step_ms);
+        let shrink = |ms: u64| {
+            if new >= old {
+                return ms;
+            }
+            // Rounded down, so a window never outgrows its share; `new < old` keeps it in u64.
+            (u128::from(ms) * u128::from(new) / u128::from(old)) as u64
+        };
+        Self {
+            step_ms,
+            grace_cap_ms: shrink(self.grace_cap_ms),
+            max_wait_ms: self.max_wait_ms.map(shrink),
+            ..self
+        }
+    }
+}
+
 /// Why settings were refused.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
@@ -411,5 +434,32 @@ mod tests {
             "zstd_level": 3, "feedback_decy": 0.8}}"#;
         let e = serde_json::from_str::<RawSettings>(typo).unwrap_err().to_string();
         assert!(e.contains("feedback_decy"), "{e}");
+    }
+
+    #[test]
+    fn a_faster_clock_shrinks_the_windows_and_a_slower_keeps_them() {
+        let default = crate::manifest::default_protocol();
+        let fast = default.clone().paced(160);
+        assert_eq!((fast.step_ms, fast.grace_cap_ms, fast.max_wait_ms), (160, 320, None));
+        // `--step-ms 160` on the default run was refused before the windows shrank.
+        let stale = RawSettings { step_ms: 160, ..default.clone() };
+        assert!(Settings::new(stale).is_err());
+        let s = Settings::new(fast).unwrap();
+        assert_eq!((s.period_ms(), s.max_wait_ms()), (1600, 640));
+        let slow = default.clone().paced(900);
+        assert_eq!((slow.step_ms, slow.grace_cap_ms), (900, default.grace_cap_ms));
+        let waits = RawSettings { max_wait_ms: Some(1000), ..default }.paced(125);
+        assert_eq!((waits.grace_cap_ms, waits.max_wait_ms), (250, Some(500)));
+    }
+
+    proptest::proptest! {
+        /// Every preset's run stays valid on any clock a manifest may hold.
+        #[test]
+        fn a_valid_run_stays_valid_on_any_clock(step_ms in 1u64..=3_600_000, preset in 0usize..4) {
+            use clap::ValueEnum;
+            let preset = crate::train::preset::Preset::value_variants()[preset];
+            let raw = crate::manifest::preset_protocol(preset).paced(step_ms);
+            proptest::prop_assert!(Settings::new(raw.clone()).is_ok(), "{raw:?}");
+        }
     }
 }

@@ -14,6 +14,11 @@ use super::{TrainConfig, TrainError, Trainer};
 use crate::backend::Backend;
 use crate::data::{Corpus, Shard};
 
+/// The shortest reference step a local swarm is paced at, in ms: a period of at least a
+/// second (h = 10), a fragment round every quarter of it, leaves the network of peers that
+/// share a loaded machine time to spread and fetch each delta.
+pub const MIN_STEP_MS: u64 = 100;
+
 /// The wall time of one inner step of `config` when `peers` trainers step at the same time
 /// on this machine, each on its own shard with passes of `micro_batch` rows (0: the whole
 /// batch): after one step each to warm up, every trainer steps until `budget` has passed
@@ -67,10 +72,12 @@ pub fn measure_step(
 }
 
 /// The `step_ms` of a local swarm's manifest: a measured step with `margin` for what a peer
-/// does besides stepping (validation, encoding, merging, the network), rounded up to 10 ms,
-/// and never below `floor` ms (the run's reference pace, or the peers' step floor).
-pub fn step_ms(measured: Duration, margin: f64, floor: u64) -> u64 {
-    let ms = (measured.as_secs_f64() * 1e3 * margin).ceil() as u64;
+/// does besides stepping in proportion to it (validation), plus `extra` for what it does
+/// once a period whatever the step (encoding, fetching, merging: a step's share of it),
+/// rounded up to 10 ms, and never below `floor` ms ([`MIN_STEP_MS`], or the peers' step
+/// floor).
+pub fn step_ms(measured: Duration, margin: f64, extra: Duration, floor: u64) -> u64 {
+    let ms = ((measured.as_secs_f64() * margin + extra.as_secs_f64()) * 1e3).ceil() as u64;
     ms.div_ceil(10).saturating_mul(10).max(floor)
 }
 
@@ -80,12 +87,14 @@ mod tests {
 
     #[test]
     fn step_ms_rounds_up_and_keeps_its_floor() {
-        let ms = Duration::from_millis;
-        assert_eq!(step_ms(ms(400), 1.25, 250), 500);
-        assert_eq!(step_ms(ms(401), 1.0, 250), 410);
-        assert_eq!(step_ms(ms(100), 1.25, 250), 250);
-        assert_eq!(step_ms(Duration::ZERO, 1.25, 0), 0);
-        assert_eq!(step_ms(ms(90), 1.0, 95), 95);
+        let (ms, none) = (Duration::from_millis, Duration::ZERO);
+        assert_eq!(step_ms(ms(400), 1.25, none, 250), 500);
+        assert_eq!(step_ms(ms(401), 1.0, none, 250), 410);
+        assert_eq!(step_ms(ms(100), 1.25, none, 250), 250);
+        assert_eq!(step_ms(none, 1.25, none, 0), 0);
+        assert_eq!(step_ms(ms(90), 1.0, none, 95), 95);
+        assert_eq!(step_ms(ms(133), 1.2, ms(40), 100), 200);
+        assert_eq!(step_ms(none, 1.2, ms(40), 0), 40);
     }
 
     #[test]
