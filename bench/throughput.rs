@@ -126,7 +126,12 @@ fn atoll_loop(
     Ok((steps * config.tokens_per_step()) as f64 / start.elapsed().as_secs_f64())
 }
 
-/// Tokens per second of the textbook burn loop on one fixed batch.
+/// Tokens per second of the textbook burn loop on the same batches, learning rates and
+/// optimizer settings as atoll's trainer: the same arithmetic on the same values, so the
+/// ratio is the trainer's own cost. (With one fixed batch and a fixed learning rate, as
+/// until 2026-12-02, the plain loop's activations drifted elsewhere, and burn-flex's GELU,
+/// whose cost per value depends on the value, ran at another speed: GELU models read
+/// 0.78–0.90, HardSwish ones 0.97–1.09, bench/RESULTS.md.)
 fn plain_loop(
     config: &TrainConfig,
     backend: Backend,
@@ -137,22 +142,28 @@ fn plain_loop(
     device.seed(config.seed);
     let mut model = config.model.init(&device);
     let mut optim = AdamWConfig::new()
+        .with_beta_1(config.beta1)
+        .with_beta_2(config.beta2)
+        .with_epsilon(1e-8)
         .with_weight_decay(config.weight_decay)
         .with_grad_clipping(Some(GradientClippingConfig::Norm(config.clip_norm)))
         .init();
     let data = atoll::data::Dataset::new(corpus, config.model.context, config.seed, Shard::WHOLE)?;
-    let batch = data.train_batch(0, config.batch)?;
-    let mut run = |n: usize| {
+    let mut step = 0u64;
+    let mut run = |n: usize| -> anyhow::Result<()> {
         for _ in 0..n {
+            let batch = data.train_batch(step, config.batch)?;
             let (inputs, targets) = to_tensors(&batch, &device);
             let loss = model.loss(inputs, targets);
             let grads = GradientsParams::from_grads(loss.backward(), &model);
-            model = optim.step(1e-3, model.clone(), grads);
+            model = optim.step(config.schedule.at(step), model.clone(), grads);
+            step += 1;
         }
+        Ok(())
     };
-    run(3);
+    run(3)?;
     let start = Instant::now();
-    run(steps);
+    run(steps)?;
     // Make sure queued work is done before the clock stops.
     device.sync().map_err(|e| anyhow::anyhow!("{e:?}"))?;
     Ok((steps * config.tokens_per_step()) as f64 / start.elapsed().as_secs_f64())
