@@ -6,14 +6,16 @@
 //! valid input, and the loss in nats per token converts directly to bits per byte
 //! (`val_bpb = loss / ln 2`), the number the metrics report.
 
+mod gelu;
 pub mod params;
 
 use burn::module::Module;
+use burn::nn::activation::Activation as ActivationLayer;
 use burn::nn::activation::ActivationConfig;
-use burn::nn::attention::generate_autoregressive_mask;
+use burn::nn::attention::{generate_autoregressive_mask, MhaInput};
 use burn::nn::loss::CrossEntropyLoss;
 use burn::nn::transformer::{
-    TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput,
+    TransformerEncoder, TransformerEncoderConfig, TransformerEncoderLayer,
 };
 use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::tensor::{Device, Int, Tensor};
@@ -169,6 +171,26 @@ impl ModelConfig {
     }
 }
 
+/// One of burn-nn's pre-norm encoder layers (`norm_first`: attention over `norm_2`'s output,
+/// the feed-forward over `norm_1`'s, as `TransformerEncoderLayer::forward` has it; dropout
+/// is 0 in this model and left out), with the feed-forward's GELU computed by
+/// [`gelu::gelu`]: the parameters, their names and records are burn-nn's.
+fn block(
+    layer: &TransformerEncoderLayer,
+    x: Tensor<3>,
+    mask: &Tensor<3, burn::tensor::Bool>,
+) -> Tensor<3> {
+    let attention = MhaInput::self_attn(layer.norm_2.forward(x.clone())).mask_attn(mask.clone());
+    let x = x + layer.mha.forward(attention).context;
+    let ff = &layer.pwff;
+    let hidden = ff.linear_inner.forward(layer.norm_1.forward(x.clone()));
+    let hidden = match &ff.activation {
+        ActivationLayer::Gelu(g) if !g.approximate => gelu::gelu(hidden),
+        other => other.forward(hidden),
+    };
+    x + ff.linear_outer.forward(hidden)
+}
+
 /// The decoder-only transformer language model.
 #[derive(Module, Debug)]
 pub struct Lm {
@@ -192,7 +214,7 @@ impl Lm {
         let positions = Tensor::<1, Int>::arange(0..time as i64, &device).reshape([1, time]);
         let x = self.token_emb.forward(tokens) + self.pos_emb.forward(positions);
         let mask = generate_autoregressive_mask(batch, time, &device);
-        let x = self.blocks.forward(TransformerEncoderInput::new(x).mask_attn(mask));
+        let x = self.blocks.layers.iter().fold(x, |x, layer| block(layer, x, &mask));
         self.head.forward(self.norm.forward(x))
     }
 
@@ -213,6 +235,26 @@ impl Lm {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The model's own loop over burn-nn's layers computes what burn-nn's encoder does.
+    #[test]
+    fn the_blocks_compute_burns_encoder() {
+        use burn::nn::transformer::TransformerEncoderInput;
+        let device = Device::flex();
+        device.seed(3);
+        let config = ModelConfig::new().with_context(16);
+        let model = config.init(&device);
+        let tokens = Tensor::<2, Int>::from_data([[1, 200, 3, 7, 9, 65, 66, 10]], &device);
+        let ours = model.forward(tokens.clone());
+        let [batch, time] = tokens.dims();
+        let positions = Tensor::<1, Int>::arange(0..time as i64, &device).reshape([1, time]);
+        let x = model.token_emb.forward(tokens) + model.pos_emb.forward(positions);
+        let mask = generate_autoregressive_mask(batch, time, &device);
+        let x = model.blocks.forward(TransformerEncoderInput::new(x).mask_attn(mask));
+        let theirs = model.head.forward(model.norm.forward(x));
+        let tolerance = burn::tensor::Tolerance::<f32>::absolute(1e-5);
+        ours.into_data().assert_approx_eq::<f32>(&theirs.into_data(), tolerance);
+    }
 
     #[test]
     fn validate_rejects_nonsense() {
