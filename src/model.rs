@@ -48,13 +48,15 @@ pub struct ModelConfig {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum Activation {
-    /// `x · Φ(x)`, exact. burn-flex computes it one value at a time (`erf`, and `exp` in
-    /// its gradient): about 30% of a default-model step on the CPU.
+    /// `x · Φ(x)`. On the CPU backend (Flex) computed by [`gelu::gelu`], a vectorised
+    /// kernel within 4e-7 of the exact function (burn-flex's own, one value at a time with
+    /// `erf` and `exp`, took 20–28% of a default-model step); elsewhere by the backend.
     #[default]
     Gelu,
-    /// `x · clamp(x/6 + ½, 0, 1)`: no transcendental function, 1.3–1.5× the default model's
-    /// CPU throughput; 1–3% higher val_bpb at equal steps, 1% lower at equal time
-    /// (bench/RESULTS.md, "GELU's share of the default model's step").
+    /// `x · clamp(x/6 + ½, 0, 1)`: no transcendental function, 1.1–1.25× the default model's
+    /// CPU throughput with the vectorised GELU (1.3–1.5× against burn-flex's); 1–3% higher
+    /// val_bpb at equal steps (bench/RESULTS.md, "GELU's share of the default model's
+    /// step", "A vectorised GELU on the CPU").
     HardSwish,
 }
 
