@@ -23,13 +23,10 @@ pub const SUMMARY_FILE: &str = "summary.json";
 const REFRESH: Duration = Duration::from_millis(500);
 /// How long the demo times inner steps before it writes the manifest.
 const MEASURE: Duration = Duration::from_secs(2);
-/// A peer's work besides its steps, as a share of its step time (validation, and a
-/// share of the other peers' work on the same cores) and per period (encoding, fetching and
-/// merging its fragments, whatever the step): measured on the default model
-/// (bench/RESULTS.md, "A period of h steps on any machine", "Periods shorter than the
-/// preset's").
+/// A peer's work besides its steps (validation, encoding, merging, the network), as a
+/// share of its step time: measured on the default model (bench/RESULTS.md, "A period of
+/// h steps on any machine", "The demo's timing with a pool per peer").
 const MARGIN: f64 = 1.2;
-const PERIOD_WORK: Duration = Duration::from_millis(400);
 
 /// Arguments of `atoll demo`.
 #[derive(Debug, clap::Args)]
@@ -240,8 +237,7 @@ fn paced(args: &Args, mut manifest: Manifest, corpus: &Corpus) -> anyhow::Result
             let (backend, train) = (args.run.backend, &manifest.train);
             let step = pace::measure_step(train, backend, corpus, peers, rows, MEASURE)?;
             let floor = pace::MIN_STEP_MS.max(args.pace.min_step_ms.unwrap_or(0));
-            let h = u32::try_from(manifest.protocol.h).unwrap_or(u32::MAX).max(1);
-            let ms = pace::step_ms(step, MARGIN, PERIOD_WORK / h, floor);
+            let ms = pace::step_ms(step, MARGIN, floor);
             println!(
                 "demo: an inner step takes {} ms here; rounds every {} × {ms} ms (--step-ms)",
                 step.as_millis(),

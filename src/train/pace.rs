@@ -22,7 +22,8 @@ pub const MIN_STEP_MS: u64 = 100;
 /// The wall time of one inner step of `config` when `peers` trainers step at the same time
 /// on this machine, each on its own shard with passes of `micro_batch` rows (0: the whole
 /// batch): after one step each to warm up, every trainer steps until `budget` has passed
-/// (at least once); the slowest trainer's mean step.
+/// (at least once); the slowest trainer's mean step. Each trainer runs in a rayon pool of
+/// its own, as a peer process would.
 pub fn measure_step(
     config: &TrainConfig,
     backend: Backend,
@@ -33,32 +34,23 @@ pub fn measure_step(
 ) -> Result<Duration, TrainError> {
     let peers = peers.max(1);
     let start = Barrier::new(peers as usize);
+    // Each peer is a process with a thread pool of its own, as many threads as cores: one
+    // pool shared by every trainer here would queue their parallel kernels (the CPU GELU's,
+    // `crate::model`) behind each other, and read 119 ms where four peer processes step at
+    // 119–126 ms with a period of 16 steps (bench/RESULTS.md, "A vectorised GELU").
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let times: Vec<Result<Duration, TrainError>> = std::thread::scope(|s| {
         let threads: Vec<_> = (0..peers)
             .map(|index| {
                 let start = &start;
                 s.spawn(move || {
                     let shard = Shard { index, count: peers };
-                    let built = Trainer::new(config.clone(), backend, corpus, shard);
-                    // Every thread reaches the barrier, built or not, so none waits forever.
-                    let mut trainer = match built {
-                        Ok(mut t) => {
-                            t.set_micro_batch(micro_batch);
-                            t.step().map(|_| t).map_err(TrainError::from)
-                        }
-                        Err(e) => Err(e),
-                    };
-                    start.wait();
-                    let began = Instant::now();
-                    let mut steps = 0;
-                    if let Ok(t) = &mut trainer {
-                        while steps == 0 || began.elapsed() < budget {
-                            t.step()?;
-                            steps += 1;
-                        }
-                        t.read_loss();
+                    let time =
+                        || time_one(config, backend, corpus, shard, micro_batch, budget, start);
+                    match rayon::ThreadPoolBuilder::new().num_threads(cores).build() {
+                        Ok(pool) => pool.install(time),
+                        Err(_) => time(),
                     }
-                    trainer.map(|_| began.elapsed() / steps.max(1))
                 })
             })
             .collect();
@@ -71,13 +63,40 @@ pub fn measure_step(
     Ok(slowest)
 }
 
+/// One trainer of [`measure_step`]: built and warmed up by a step, then, once every
+/// trainer is, stepping until `budget` has passed; its mean step. Every trainer reaches
+/// the barrier, built or not, so none waits forever.
+fn time_one(
+    config: &TrainConfig,
+    backend: Backend,
+    corpus: &Corpus,
+    shard: Shard,
+    micro_batch: usize,
+    budget: Duration,
+    start: &Barrier,
+) -> Result<Duration, TrainError> {
+    let mut trainer = Trainer::new(config.clone(), backend, corpus, shard).and_then(|mut t| {
+        t.set_micro_batch(micro_batch);
+        t.step().map(|_| t).map_err(TrainError::from)
+    });
+    start.wait();
+    let began = Instant::now();
+    let mut steps = 0;
+    if let Ok(t) = &mut trainer {
+        while steps == 0 || began.elapsed() < budget {
+            t.step()?;
+            steps += 1;
+        }
+        t.read_loss();
+    }
+    trainer.map(|_| began.elapsed() / steps.max(1))
+}
+
 /// The `step_ms` of a local swarm's manifest: a measured step with `margin` for what a peer
-/// does besides stepping in proportion to it (validation), plus `extra` for what it does
-/// once a period whatever the step (encoding, fetching, merging: a step's share of it),
-/// rounded up to 10 ms, and never below `floor` ms ([`MIN_STEP_MS`], or the peers' step
-/// floor).
-pub fn step_ms(measured: Duration, margin: f64, extra: Duration, floor: u64) -> u64 {
-    let ms = ((measured.as_secs_f64() * margin + extra.as_secs_f64()) * 1e3).ceil() as u64;
+/// does besides stepping (validation, encoding, merging, the network), rounded up to 10 ms,
+/// and never below `floor` ms ([`MIN_STEP_MS`], or the peers' step floor).
+pub fn step_ms(measured: Duration, margin: f64, floor: u64) -> u64 {
+    let ms = (measured.as_secs_f64() * 1e3 * margin).ceil() as u64;
     ms.div_ceil(10).saturating_mul(10).max(floor)
 }
 
@@ -87,14 +106,13 @@ mod tests {
 
     #[test]
     fn step_ms_rounds_up_and_keeps_its_floor() {
-        let (ms, none) = (Duration::from_millis, Duration::ZERO);
-        assert_eq!(step_ms(ms(400), 1.25, none, 250), 500);
-        assert_eq!(step_ms(ms(401), 1.0, none, 250), 410);
-        assert_eq!(step_ms(ms(100), 1.25, none, 250), 250);
-        assert_eq!(step_ms(none, 1.25, none, 0), 0);
-        assert_eq!(step_ms(ms(90), 1.0, none, 95), 95);
-        assert_eq!(step_ms(ms(133), 1.2, ms(40), 100), 200);
-        assert_eq!(step_ms(none, 1.2, ms(40), 0), 40);
+        let ms = Duration::from_millis;
+        assert_eq!(step_ms(ms(400), 1.25, 250), 500);
+        assert_eq!(step_ms(ms(401), 1.0, 250), 410);
+        assert_eq!(step_ms(ms(100), 1.25, 250), 250);
+        assert_eq!(step_ms(Duration::ZERO, 1.25, 0), 0);
+        assert_eq!(step_ms(ms(90), 1.0, 95), 95);
+        assert_eq!(step_ms(ms(111), 1.2, 100), 140);
     }
 
     #[test]
