@@ -18,8 +18,7 @@ use atoll::data::{Corpus, Shard};
 use atoll::model::Activation;
 use atoll::train::preset::Preset;
 use atoll::train::{to_tensors, TrainConfig, Trainer};
-use burn::grad_clipping::GradientClippingConfig;
-use burn::optim::{AdamWConfig, GradientsParams};
+use burn::optim::GradientsParams;
 use burn::tensor::{Distribution, Tensor};
 
 fn main() -> anyhow::Result<()> {
@@ -141,13 +140,7 @@ fn plain_loop(
     let device = backend.train_device();
     device.seed(config.seed);
     let mut model = config.model.init(&device);
-    let mut optim = AdamWConfig::new()
-        .with_beta_1(config.beta1)
-        .with_beta_2(config.beta2)
-        .with_epsilon(1e-8)
-        .with_weight_decay(config.weight_decay)
-        .with_grad_clipping(Some(GradientClippingConfig::Norm(config.clip_norm)))
-        .init();
+    let mut optim = atoll::train::optimizer(config);
     let data = atoll::data::Dataset::new(corpus, config.model.context, config.seed, Shard::WHOLE)?;
     let mut step = 0u64;
     let mut run = |n: usize| -> anyhow::Result<()> {

@@ -324,7 +324,8 @@ pub enum RestoreError {
     Unusable(String),
 }
 
-fn optimizer(config: &TrainConfig) -> ModuleOptimizer {
+/// The trainer's AdamW, set from `config` (betas, weight decay, gradient clipping).
+pub fn optimizer(config: &TrainConfig) -> ModuleOptimizer {
     AdamWConfig::new()
         .with_beta_1(config.beta1)
         .with_beta_2(config.beta2)

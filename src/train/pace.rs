@@ -34,10 +34,11 @@ pub fn measure_step(
 ) -> Result<Duration, TrainError> {
     let peers = peers.max(1);
     let start = Barrier::new(peers as usize);
-    // Each peer is a process with a thread pool of its own, as many threads as cores: one
-    // pool shared by every trainer here would queue their parallel kernels (the CPU GELU's,
-    // `crate::model`) behind each other, and read 119 ms where four peer processes step at
-    // 119–126 ms with a period of 16 steps (bench/RESULTS.md, "A vectorised GELU").
+    // Each peer is a process with a thread pool of its own, as many threads as cores. With
+    // one pool shared by every trainer here their parallel kernels (the CPU GELU's,
+    // `crate::model`) queued behind each other: the demo timed 119 ms, paced at 190 ms and
+    // ran 16 steps a period instead of 10 (bench/RESULTS.md, "The demo's timing with a pool
+    // per peer").
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let times: Vec<Result<Duration, TrainError>> = std::thread::scope(|s| {
         let threads: Vec<_> = (0..peers)
