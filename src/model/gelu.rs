@@ -172,14 +172,15 @@ fn exp_neg(y: f32) -> f32 {
             + r * (0.5
                 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
     // k's integer sits in the low bits of its representation, offset by 0x4B40_0000.
-    let k = k.to_bits() as i32 - 0x4B40_0000;
-    let scale = f32::from_bits(((k + 127) as u32) << 23);
+    // Wrapping arithmetic (k is in [-126, 0], nothing wraps): an overflow check is a branch,
+    // and a branch in the loop keeps it from being vectorised where the checks are on.
+    let k = (k.to_bits() as i32).wrapping_sub(0x4B40_0000);
+    let scale = f32::from_bits((k.wrapping_add(127) as u32) << 23);
+    let e = if y > 87.0 { 0.0 } else { p * scale };
     if y.is_nan() {
         y
-    } else if y > 87.0 {
-        0.0
     } else {
-        p * scale
+        e
     }
 }
 
