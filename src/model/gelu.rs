@@ -102,7 +102,7 @@ fn gradient(x: FlexTensor, grad: FlexTensor) -> FlexTensor {
 
 /// `t` as contiguous f32 values (copied into order if it was a view), or `Err(t)` for
 /// another dtype.
-fn f32_values(t: FlexTensor) -> Result<FlexTensor, FlexTensor> {
+pub(super) fn f32_values(t: FlexTensor) -> Result<FlexTensor, FlexTensor> {
     if t.dtype() != DType::F32 {
         return Err(t);
     }
@@ -156,7 +156,7 @@ fn cdf_pdf(x: f32) -> (f32, f32) {
 /// ln 2 / 2`, `e^r` by its Taylor polynomial to `r⁶` (within 3e-7, relative); 0 beyond `y`
 /// = 87, where `2^k` would leave the normal floats (so `x · φ(x)` is 0, not `x · 1e-38`).
 #[inline(always)]
-fn exp_neg(y: f32) -> f32 {
+pub(super) fn exp_neg(y: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     // ln 2 in two parts, so `k · LN2_HI` is exact for the k used here.
     const LN2_HI: f32 = 0.693_359_4;
