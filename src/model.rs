@@ -6,6 +6,7 @@
 //! valid input, and the loss in nats per token converts directly to bits per byte
 //! (`val_bpb = loss / ln 2`), the number the metrics report.
 
+mod attention;
 mod gelu;
 pub mod params;
 
@@ -175,15 +176,20 @@ impl ModelConfig {
 
 /// One of burn-nn's pre-norm encoder layers (`norm_first`: attention over `norm_2`'s output,
 /// the feed-forward over `norm_1`'s, as `TransformerEncoderLayer::forward` has it; dropout
-/// is 0 in this model and left out), with the feed-forward's GELU computed by
-/// [`gelu::gelu`]: the parameters, their names and records are burn-nn's.
+/// is 0 in this model and left out), with the attention computed by
+/// [`attention::causal_self_attention`] and the feed-forward's GELU by [`gelu::gelu`] where
+/// they can be (`mask` builds burn-nn's causal mask where they cannot): the parameters,
+/// their names and records are burn-nn's.
 fn block(
     layer: &TransformerEncoderLayer,
     x: Tensor<3>,
-    mask: &Tensor<3, burn::tensor::Bool>,
+    mask: &dyn Fn() -> Tensor<3, burn::tensor::Bool>,
 ) -> Tensor<3> {
-    let attention = MhaInput::self_attn(layer.norm_2.forward(x.clone())).mask_attn(mask.clone());
-    let x = x + layer.mha.forward(attention).context;
+    let normed = layer.norm_2.forward(x.clone());
+    let context = attention::causal_self_attention(&layer.mha, &normed).unwrap_or_else(|| {
+        layer.mha.forward(MhaInput::self_attn(normed).mask_attn(mask())).context
+    });
+    let x = x + context;
     let ff = &layer.pwff;
     let hidden = ff.linear_inner.forward(layer.norm_1.forward(x.clone()));
     let hidden = match &ff.activation {
@@ -215,7 +221,7 @@ impl Lm {
         let [batch, time] = tokens.dims();
         let positions = Tensor::<1, Int>::arange(0..time as i64, &device).reshape([1, time]);
         let x = self.token_emb.forward(tokens) + self.pos_emb.forward(positions);
-        let mask = generate_autoregressive_mask(batch, time, &device);
+        let mask = || generate_autoregressive_mask(batch, time, &device);
         let x = self.blocks.layers.iter().fold(x, |x, layer| block(layer, x, &mask));
         self.head.forward(self.norm.forward(x))
     }

@@ -20,7 +20,7 @@ use burn::nn::Linear;
 use burn::tensor::{DType, Device, Tensor};
 use rayon::prelude::*;
 
-use super::gelu::{exp_neg, f32_values};
+use super::gelu::{exp_neg, f32_values, vectorised};
 
 /// Values per rayon task, rounded to whole rows.
 const CHUNK: usize = 1 << 14;
@@ -73,10 +73,12 @@ impl AttentionOps for Flex {
         if let Some(rows_per_task) = CHUNK.checked_div(cols) {
             let rows_per_task = rows_per_task.max(1);
             values.par_chunks_mut(rows_per_task * cols).enumerate().for_each(|(task, chunk)| {
-                for (r, row) in chunk.chunks_exact_mut(cols).enumerate() {
-                    let i = (task * rows_per_task + r) % rows;
-                    softmax_row(row, i + 1, scale);
-                }
+                vectorised(|| {
+                    for (r, row) in chunk.chunks_exact_mut(cols).enumerate() {
+                        let i = (task * rows_per_task + r) % rows;
+                        softmax_row(row, i + 1, scale);
+                    }
+                });
             });
         }
         scores
@@ -132,16 +134,19 @@ fn gradient(weights: FlexTensor, grad: FlexTensor, scale: f32) -> FlexTensor {
     if let Some(rows_per_task) = CHUNK.checked_div(cols) {
         let chunk = rows_per_task.max(1) * cols;
         gs.par_chunks_mut(chunk).zip(ys.par_chunks(chunk)).for_each(|(g, y)| {
-            for (g, y) in g.chunks_exact_mut(cols).zip(y.chunks_exact(cols)) {
-                let dot = dot(g, y);
-                g.iter_mut().zip(y).for_each(|(g, &y)| *g = scale * y * (*g - dot));
-            }
+            vectorised(|| {
+                for (g, y) in g.chunks_exact_mut(cols).zip(y.chunks_exact(cols)) {
+                    let dot = dot(g, y);
+                    g.iter_mut().zip(y).for_each(|(g, &y)| *g = scale * y * (*g - dot));
+                }
+            });
         });
     }
     grad
 }
 
 /// One row: `softmax(scale · row[..kept])`, zeros after.
+#[inline(always)]
 fn softmax_row(row: &mut [f32], kept: usize, scale: f32) {
     let kept = kept.min(row.len());
     let (head, tail) = row.split_at_mut(kept);
@@ -155,6 +160,7 @@ fn softmax_row(row: &mut [f32], kept: usize, scale: f32) {
 /// Lanes of the sums below: eight partial sums, added in a fixed order.
 const LANES: usize = 8;
 
+#[inline(always)]
 fn sum(xs: &[f32]) -> f32 {
     let mut lanes = [0.0f32; LANES];
     let chunks = xs.chunks_exact(LANES);
@@ -165,6 +171,7 @@ fn sum(xs: &[f32]) -> f32 {
     lanes.iter().sum::<f32>() + rest
 }
 
+#[inline(always)]
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut lanes = [0.0f32; LANES];
     let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));

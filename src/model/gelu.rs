@@ -44,9 +44,9 @@ impl GeluOps for Flex {
             Ok(mut x) => {
                 let (start, n) = (x.layout().start_offset(), x.layout().num_elements());
                 let values = &mut x.storage_mut::<f32>()[start..start + n];
-                values
-                    .par_chunks_mut(CHUNK)
-                    .for_each(|c| c.iter_mut().for_each(|v| *v = value(*v)));
+                values.par_chunks_mut(CHUNK).for_each(|c| {
+                    vectorised(|| c.iter_mut().for_each(|v| *v = value(*v)));
+                });
                 x
             }
             Err(x) => <Flex as ActivationOps<Flex>>::gelu(x),
@@ -89,7 +89,7 @@ fn gradient(x: FlexTensor, grad: FlexTensor) -> FlexTensor {
             let (start, n) = (grad.layout().start_offset(), grad.layout().num_elements());
             let gs = &mut grad.storage_mut::<f32>()[start..start + n];
             gs.par_chunks_mut(CHUNK).zip(xs.par_chunks(CHUNK)).for_each(|(g, x)| {
-                g.iter_mut().zip(x).for_each(|(g, &x)| *g *= derivative(x));
+                vectorised(|| g.iter_mut().zip(x).for_each(|(g, &x)| *g *= derivative(x)));
             });
             grad
         }
@@ -98,6 +98,15 @@ fn gradient(x: FlexTensor, grad: FlexTensor) -> FlexTensor {
             <Flex as ActivationOps<Flex>>::gelu_backward(x, grad)
         }
     }
+}
+
+/// Runs `f` compiled for the widest vector instructions this CPU has (AVX-512, AVX2 or the
+/// baseline, chosen at run time): `f`'s loops, inlined into it, vectorise at that width
+/// where the compiler vectorises at all (optimised builds). Same results on every width:
+/// the kernels' arithmetic is elementwise, or summed in a fixed order of lanes.
+#[inline(always)]
+pub(super) fn vectorised<R>(f: impl FnOnce() -> R) -> R {
+    pulp::Arch::new().dispatch(f)
 }
 
 /// `t` as contiguous f32 values (copied into order if it was a view), or `Err(t)` for
