@@ -7,7 +7,9 @@
 //! (`val_bpb = loss / ln 2`), the number the metrics report.
 
 mod attention;
+mod cpu;
 mod gelu;
+mod norm;
 pub mod params;
 
 use burn::module::Module;
@@ -21,6 +23,10 @@ use burn::nn::transformer::{
 use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::tensor::{Device, Int, Tensor};
 use serde::{Deserialize, Serialize};
+
+/// The layer norms' epsilon (burn-nn's default, named here because `LayerNorm` keeps its
+/// own private and [`norm::layer_norm`] needs it).
+const LAYER_NORM_EPS: f32 = 1e-5;
 
 /// Number of distinct tokens: one per byte value.
 pub const VOCAB_SIZE: usize = 256;
@@ -162,13 +168,16 @@ impl ModelConfig {
             TransformerEncoderConfig::new(self.d_model, self.d_ff, self.n_heads, self.n_layers)
                 .with_dropout(0.0)
                 .with_norm_first(true)
+                .with_layer_norm_eps(f64::from(LAYER_NORM_EPS))
                 .with_activation(self.activation.config())
                 .init(device);
         Lm {
             token_emb: EmbeddingConfig::new(VOCAB_SIZE, self.d_model).init(device),
             pos_emb: EmbeddingConfig::new(self.context, self.d_model).init(device),
             blocks,
-            norm: LayerNormConfig::new(self.d_model).init(device),
+            norm: LayerNormConfig::new(self.d_model)
+                .with_epsilon(f64::from(LAYER_NORM_EPS))
+                .init(device),
             head: LinearConfig::new(self.d_model, VOCAB_SIZE).init(device),
         }
     }
@@ -185,13 +194,14 @@ fn block(
     x: Tensor<3>,
     mask: &dyn Fn() -> Tensor<3, burn::tensor::Bool>,
 ) -> Tensor<3> {
-    let normed = layer.norm_2.forward(x.clone());
+    let normed = norm::layer_norm(&layer.norm_2, x.clone(), LAYER_NORM_EPS);
     let context = attention::causal_self_attention(&layer.mha, &normed).unwrap_or_else(|| {
         layer.mha.forward(MhaInput::self_attn(normed).mask_attn(mask())).context
     });
     let x = x + context;
     let ff = &layer.pwff;
-    let hidden = ff.linear_inner.forward(layer.norm_1.forward(x.clone()));
+    let hidden =
+        ff.linear_inner.forward(norm::layer_norm(&layer.norm_1, x.clone(), LAYER_NORM_EPS));
     let hidden = match &ff.activation {
         ActivationLayer::Gelu(g) if !g.approximate => gelu::gelu(hidden),
         other => other.forward(hidden),
@@ -223,7 +233,7 @@ impl Lm {
         let x = self.token_emb.forward(tokens) + self.pos_emb.forward(positions);
         let mask = || generate_autoregressive_mask(batch, time, &device);
         let x = self.blocks.layers.iter().fold(x, |x, layer| block(layer, x, &mask));
-        self.head.forward(self.norm.forward(x))
+        self.head.forward(norm::layer_norm(&self.norm, x, LAYER_NORM_EPS))
     }
 
     /// Mean next-byte cross-entropy (nats per token) of `inputs` predicting `targets`.

@@ -20,10 +20,8 @@ use burn::nn::Linear;
 use burn::tensor::{DType, Device, Tensor};
 use rayon::prelude::*;
 
-use super::gelu::{exp_neg, f32_values, vectorised};
-
-/// Values per rayon task, rounded to whole rows.
-const CHUNK: usize = 1 << 14;
+use super::cpu::{dot, f32_values, sum, vectorised, CHUNK};
+use super::gelu::exp_neg;
 
 /// Causal self-attention of `mha` over `x` (`[batch, time, d_model]`), as
 /// `MultiHeadAttention::forward` computes it with burn-nn's autoregressive mask, or `None`
@@ -155,31 +153,6 @@ fn softmax_row(row: &mut [f32], kept: usize, scale: f32) {
     head.iter_mut().for_each(|v| *v = exp_neg(scale * (max - *v)));
     let inverse = 1.0 / sum(head);
     head.iter_mut().for_each(|v| *v *= inverse);
-}
-
-/// Lanes of the sums below: eight partial sums, added in a fixed order.
-const LANES: usize = 8;
-
-#[inline(always)]
-fn sum(xs: &[f32]) -> f32 {
-    let mut lanes = [0.0f32; LANES];
-    let chunks = xs.chunks_exact(LANES);
-    let rest: f32 = chunks.remainder().iter().sum();
-    for c in chunks {
-        lanes.iter_mut().zip(c).for_each(|(l, &x)| *l += x);
-    }
-    lanes.iter().sum::<f32>() + rest
-}
-
-#[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut lanes = [0.0f32; LANES];
-    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
-    let rest: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(a, b)| a * b).sum();
-    for (a, b) in ca.zip(cb) {
-        lanes.iter_mut().zip(a.iter().zip(b)).for_each(|(l, (a, b))| *l += a * b);
-    }
-    lanes.iter().sum::<f32>() + rest
 }
 
 #[cfg(test)]

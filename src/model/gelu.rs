@@ -17,11 +17,10 @@ use burn::backend::flex::FlexTensor;
 use burn::backend::ops::ActivationOps;
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{backend_extension, Autodiff, Dispatch, Flex};
-use burn::tensor::{DType, Device, Tensor};
+use burn::tensor::{Device, Tensor};
 use rayon::prelude::*;
 
-/// Values per rayon task: large enough that splitting a small tensor costs nothing.
-const CHUNK: usize = 1 << 14;
+use super::cpu::{f32_values, vectorised, CHUNK};
 
 /// `gelu(x)` on the training or inference device of `x`: the vectorised kernel on Flex,
 /// burn's GELU elsewhere.
@@ -97,32 +96,6 @@ fn gradient(x: FlexTensor, grad: FlexTensor) -> FlexTensor {
             let (x, grad) = (x.unwrap_or_else(|t| t), grad.unwrap_or_else(|t| t));
             <Flex as ActivationOps<Flex>>::gelu_backward(x, grad)
         }
-    }
-}
-
-/// Runs `f` compiled for the widest vector instructions this CPU has (AVX-512, AVX2 or the
-/// baseline, chosen at run time): `f`'s loops, inlined into it, vectorise at that width
-/// where the compiler vectorises at all (optimised builds). Same results on every width:
-/// the kernels' arithmetic is elementwise, or summed in a fixed order of lanes.
-#[inline(always)]
-pub(super) fn vectorised<R>(f: impl FnOnce() -> R) -> R {
-    pulp::Arch::new().dispatch(f)
-}
-
-/// `t` as contiguous f32 values (copied into order if it was a view), or `Err(t)` for
-/// another dtype.
-pub(super) fn f32_values(t: FlexTensor) -> Result<FlexTensor, FlexTensor> {
-    if t.dtype() != DType::F32 {
-        return Err(t);
-    }
-    if t.layout().is_contiguous() {
-        return Ok(t);
-    }
-    let t = t.to_contiguous();
-    if t.layout().is_contiguous() {
-        Ok(t)
-    } else {
-        Err(t)
     }
 }
 

@@ -41,18 +41,6 @@ fn a_row_is_the_softmax_of_its_first_columns_and_zero_after() {
     assert!(row.iter().all(|v| v.is_nan()));
 }
 
-#[test]
-fn the_lane_sums_add_every_value() {
-    for len in [0usize, 1, 7, 8, 9, 17, 64] {
-        let xs: Vec<f32> = (0..len).map(|i| i as f32 + 0.5).collect();
-        let want: f32 = xs.iter().sum();
-        assert_eq!(sum(&xs), want, "len {len}");
-        let ys: Vec<f32> = (0..len).map(|i| (i % 3) as f32).collect();
-        let want: f32 = xs.iter().zip(&ys).map(|(a, b)| a * b).sum();
-        assert_eq!(dot(&xs, &ys), want, "len {len}");
-    }
-}
-
 /// burn-nn's attention with its autoregressive mask and this one agree, forward and
 /// backward (the input's gradient and a projection's), with several heads and a batch.
 #[test]
