@@ -21,8 +21,29 @@ use atoll::train::{to_tensors, TrainConfig, Trainer};
 use burn::optim::GradientsParams;
 use burn::tensor::{Distribution, Tensor};
 
+const USAGE: &str = "usage: throughput [--steps N] [--backend NAME|all] [--model PRESET] \
+[--matmul N] [--micro-batch ROWS] [--activation gelu|hard-swish]";
+
+/// Flags that take a value; `--bench` is what `cargo bench` passes.
+const FLAGS: [&str; 6] =
+    ["--steps", "--backend", "--model", "--matmul", "--micro-batch", "--activation"];
+
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
+    let mut rest = args.iter().skip(1);
+    while let Some(arg) = rest.next() {
+        match arg.as_str() {
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return Ok(());
+            }
+            "--bench" => {}
+            flag if FLAGS.contains(&flag) => {
+                rest.next().ok_or_else(|| anyhow::anyhow!("{flag} needs a value\n{USAGE}"))?;
+            }
+            other => anyhow::bail!("unknown argument {other:?}\n{USAGE}"),
+        }
+    }
     let value =
         |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
     let steps: usize = value("--steps").map(|s| s.parse()).transpose()?.unwrap_or(30);
