@@ -17,7 +17,7 @@ use atoll::backend::Backend;
 use atoll::data::{Corpus, Shard};
 use atoll::model::Activation;
 use atoll::train::preset::Preset;
-use atoll::train::{to_tensors, TrainConfig, Trainer};
+use atoll::train::{on_compute_pool, to_tensors, TrainConfig, Trainer};
 use burn::optim::GradientsParams;
 use burn::tensor::{Distribution, Tensor};
 
@@ -175,9 +175,10 @@ fn plain_loop(
         }
         Ok(())
     };
-    run(3)?;
+    // On a thread of the compute pool, as the trainer runs its steps (`on_compute_pool`).
+    on_compute_pool(|| run(3))?;
     let start = Instant::now();
-    run(steps)?;
+    on_compute_pool(|| run(steps))?;
     // Make sure queued work is done before the clock stops.
     device.sync().map_err(|e| anyhow::anyhow!("{e:?}"))?;
     Ok((steps * config.tokens_per_step()) as f64 / start.elapsed().as_secs_f64())

@@ -52,3 +52,15 @@ fn steps_in_passes_train_like_whole_steps() {
     let (a, b) = (whole.evaluate(), parts.evaluate());
     assert!((a - b).abs() <= 1e-4 * a.abs(), "validation {b} against {a}");
 }
+
+/// A step's work runs on a thread of the compute pool, from any caller, and returns what
+/// it computed; on a pool thread already (a pool of one's own, as `pace` installs) it
+/// stays on that pool.
+#[test]
+fn compute_runs_on_a_pool_thread() {
+    let outside = std::thread::spawn(|| on_compute_pool(|| (rayon::current_thread_index(), 7)));
+    assert!(matches!(outside.join().unwrap(), (Some(_), 7)));
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+    let inside = pool.install(|| on_compute_pool(|| rayon::current_num_threads()));
+    assert_eq!(inside, 1, "stayed on the installed pool of one thread");
+}
