@@ -176,9 +176,9 @@ fn plain_loop(
         Ok(())
     };
     // On a thread of the compute pool, as the trainer runs its steps (`on_compute_pool`).
-    on_compute_pool(|| run(3))?;
+    on_compute_pool(backend, || run(3))?;
     let start = Instant::now();
-    on_compute_pool(|| run(steps))?;
+    on_compute_pool(backend, || run(steps))?;
     // Make sure queued work is done before the clock stops.
     device.sync().map_err(|e| anyhow::anyhow!("{e:?}"))?;
     Ok((steps * config.tokens_per_step()) as f64 / start.elapsed().as_secs_f64())

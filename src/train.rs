@@ -122,13 +122,16 @@ impl std::fmt::Debug for Trainer {
 }
 
 /// Runs `f` on a thread of the current rayon pool (the process's compute pool) and waits
-/// for it; directly where the caller is one already. A step's tensor operations split
-/// their work over the pool: called from a pool thread, the caller takes its share and
-/// steals the rest back, where from any other thread every operation is handed to the
-/// pool and waited for, a wake-up and a sleep per operation (the default model trained
-/// 1.2–1.4× faster on a pool thread; bench/RESULTS.md, "Steps on the compute pool").
-pub fn on_compute_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
-    if rayon::current_thread_index().is_some() {
+/// for it, for a CPU `backend`; directly where the caller is a pool thread already, or for
+/// a GPU backend (with its steps on pool threads, a wgpu peer's loss turned NaN within 64
+/// steps in `tests/gpu_swarm.rs` on lavapipe; burn's GPU runtime is not known to be safe
+/// with a step's work moving between threads, and gains nothing from it). A step's tensor operations split their
+/// work over the pool: called from a pool thread, the caller takes its share and steals
+/// the rest back, where from any other thread every operation is handed to the pool and
+/// waited for, a wake-up and a sleep per operation (the default model trained 1.3–1.4×
+/// faster on a pool thread; bench/RESULTS.md, "Steps on the compute pool").
+pub fn on_compute_pool<R: Send>(backend: Backend, f: impl FnOnce() -> R + Send) -> R {
+    if backend.is_gpu() || rayon::current_thread_index().is_some() {
         f()
     } else {
         rayon::scope(|_| f())
@@ -171,14 +174,14 @@ impl Trainer {
     /// if the batch cannot be read (a corpus file changed or vanished).
     pub fn step(&mut self) -> Result<StepStats, DataError> {
         let batch = self.data.train_batch(self.state.step, self.config.batch)?;
-        let (loss, grads) = on_compute_pool(|| self.gradients(&batch));
+        let (loss, grads) = on_compute_pool(self.backend, || self.gradients(&batch));
         self.pending_loss = Some(match self.pending_loss.take() {
             Some((sum, n)) => (sum + loss, n + 1),
             None => (loss, 1),
         });
         let lr = self.config.schedule.at(self.state.step);
         let (optim, model) = (&mut self.optim, self.model.clone());
-        self.model = on_compute_pool(|| optim.step(lr, model, grads));
+        self.model = on_compute_pool(self.backend, || optim.step(lr, model, grads));
         self.state.step += 1;
         self.state.tokens += batch.tokens() as u64;
         let every = if self.backend.is_gpu() { GPU_LOSS_EVERY } else { 1 };
@@ -215,7 +218,7 @@ impl Trainer {
         reduce: impl FnOnce(&mut Vec<f32>) -> Result<(), E>,
     ) -> Result<StepStats, E> {
         let (inputs, targets) = to_tensors(batch, &self.device);
-        let (loss_value, mut grads) = on_compute_pool(|| {
+        let (loss_value, mut grads) = on_compute_pool(self.backend, || {
             let loss = self.model.loss(inputs, targets);
             let loss_value = loss.clone().into_scalar::<f32>();
             (loss_value, GradientsParams::from_grads(loss.backward(), &self.model))
@@ -236,7 +239,7 @@ impl Trainer {
         });
         let lr = self.config.schedule.at(self.state.step);
         let (optim, model) = (&mut self.optim, self.model.clone());
-        self.model = on_compute_pool(|| optim.step(lr, model, grads));
+        self.model = on_compute_pool(self.backend, || optim.step(lr, model, grads));
         self.state.step += 1;
         self.state.tokens += batch.tokens() as u64;
         Ok(StepStats { loss: Some(loss_value), losses: 1, lr, tokens: batch.tokens() })
@@ -244,7 +247,7 @@ impl Trainer {
 
     /// Mean validation loss in nats per byte over the fixed validation set.
     pub fn evaluate(&self) -> f64 {
-        on_compute_pool(|| self.evaluate_here())
+        on_compute_pool(self.backend, || self.evaluate_here())
     }
 
     fn evaluate_here(&self) -> f64 {

@@ -58,9 +58,11 @@ fn steps_in_passes_train_like_whole_steps() {
 /// stays on that pool.
 #[test]
 fn compute_runs_on_a_pool_thread() {
-    let outside = std::thread::spawn(|| on_compute_pool(|| (rayon::current_thread_index(), 7)));
+    let cpu = Backend::Flex;
+    let outside =
+        std::thread::spawn(move || on_compute_pool(cpu, || (rayon::current_thread_index(), 7)));
     assert!(matches!(outside.join().unwrap(), (Some(_), 7)));
     let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
-    let inside = pool.install(|| on_compute_pool(|| rayon::current_num_threads()));
+    let inside = pool.install(|| on_compute_pool(cpu, rayon::current_num_threads));
     assert_eq!(inside, 1, "stayed on the installed pool of one thread");
 }
