@@ -89,13 +89,12 @@ fn forward(
     let mut inverse_sigma = vec![0.0f32; if keep { rows } else { 0 }];
     let mut out = FlexTensor::empty(shape.clone(), DType::F32);
     if let Some(rows_per_task) = CHUNK.checked_div(d) {
-        let chunk = rows_per_task.max(1) * d;
+        let rows_per_task = rows_per_task.max(1);
+        let chunk = rows_per_task * d;
         let xs = &x.storage::<f32>()[start..start + n];
         let ys = out.storage_mut::<f32>();
-        let rows_chunk = chunk / d;
-        let keep_chunks = normalised
-            .par_chunks_mut(chunk.max(1))
-            .zip(inverse_sigma.par_chunks_mut(rows_chunk.max(1)));
+        let keep_chunks =
+            normalised.par_chunks_mut(chunk).zip(inverse_sigma.par_chunks_mut(rows_per_task));
         let work = ys.par_chunks_mut(chunk).zip(xs.par_chunks(chunk));
         let row_pass = |(y, x): (&mut [f32], &[f32]),
                         mut kept: Option<(&mut [f32], &mut [f32])>| {
