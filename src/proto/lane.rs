@@ -12,6 +12,7 @@ use super::{Millis, PeerId, Settings};
 use crate::delta::{ContentHash, ErrorFeedback, Limits};
 use crate::fragment::FragmentSpec;
 use bytes::Bytes;
+use std::sync::OnceLock;
 
 mod adopt;
 
@@ -61,8 +62,11 @@ pub(crate) struct Lane {
     pub state_hash: ContentHash,
     /// The wire form of `state` (what `state_hash` hashes), made once per merge or taken as
     /// fetched at adoption: announcing, re-announcing and serving the state then copy
-    /// nothing (shared with the payload store while it keeps it).
-    pub state_bytes: Bytes,
+    /// nothing (shared with the payload store while it keeps it). Made when first asked
+    /// for (`Lane::state_bytes`) for a state this peer starts from: nobody fetches the
+    /// run's initial states, and a joiner's 87 MB of them (10M parameters) are replaced by
+    /// the swarm's before it is asked for any.
+    state_bytes: OnceLock<Bytes>,
     pub feedback: ErrorFeedback,
     /// Tokens and inner steps trained outside this peer's slots since its last published
     /// delta (their work is in `feedback`); the next delta claims them.
@@ -118,13 +122,18 @@ pub(crate) struct Lane {
 }
 
 impl Lane {
+    /// The wire form of `state`.
+    pub fn state_bytes(&self) -> &Bytes {
+        self.state_bytes.get_or_init(|| self.state.to_bytes().into())
+    }
+
     pub fn new(me: PeerId, spec: FragmentSpec, state: FragmentState, peers: usize) -> Self {
         let numel = spec.numel();
         let state_round = state.round;
         Self {
             spec,
             state_hash: state.hash(),
-            state_bytes: state.to_bytes().into(),
+            state_bytes: OnceLock::new(),
             state,
             feedback: ErrorFeedback::new(numel),
             banked: (0, 0),
@@ -297,8 +306,9 @@ impl Lane {
                 }
             }
         }
-        self.state_bytes = self.state.to_bytes().into();
-        self.state_hash = ContentHash::of(&self.state_bytes);
+        let bytes = Bytes::from(self.state.to_bytes());
+        self.state_hash = ContentHash::of(&bytes);
+        self.state_bytes = OnceLock::from(bytes);
         self.votes.set_mine(round, self.state_hash, self.state.took());
         self.prune(round, w, m);
         m.merges += 1;
@@ -363,7 +373,7 @@ impl Lane {
             took: Some(self.state.took()),
             recipe: self.recipe(),
         });
-        Output::Publish { msg: state, payload: self.state_bytes.clone() }
+        Output::Publish { msg: state, payload: self.state_bytes().clone() }
     }
 
     /// Drops contributions too old to merge; unmerged ones are counted as stale.

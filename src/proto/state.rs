@@ -182,8 +182,16 @@ impl FragmentState {
         sink.put(&self.round.to_le_bytes());
         sink.put(&self.parent.0);
         sink.put(&(self.anchor.len() as u32).to_le_bytes());
-        for v in self.anchor.iter().chain(&self.momentum) {
-            sink.put(&v.to_le_bytes());
+        // In blocks: one `put` per value made hashing a 10M-parameter model's states (87 MB)
+        // a third of a joining peer's start-up.
+        let mut block = [0u8; 4 * FLOATS_PER_PUT];
+        for values in [&self.anchor, &self.momentum] {
+            for chunk in values.chunks(FLOATS_PER_PUT) {
+                for (b, v) in block.chunks_exact_mut(4).zip(chunk) {
+                    b.copy_from_slice(&v.to_le_bytes());
+                }
+                sink.put(&block[..4 * chunk.len()]);
+            }
         }
         sink.put(&(self.log.len() as u32).to_le_bytes());
         for (round, ids) in &self.log {
@@ -294,6 +302,9 @@ impl FragmentState {
         Ok(Self { fragment, round, parent, anchor, momentum, log, index, sampling })
     }
 }
+
+/// Values written to a [`Sink`] at a time.
+const FLOATS_PER_PUT: usize = 2048;
 
 /// Where the wire form goes: a buffer, or straight into the hasher.
 trait Sink {

@@ -39,7 +39,7 @@ impl Protocol {
 
     /// The encoded state of fragment `p` (what hashes to [`Protocol::state_hash`]).
     pub fn state_payload(&self, p: usize) -> &bytes::Bytes {
-        &self.lanes[p].state_bytes
+        self.lanes[p].state_bytes()
     }
 
     /// Fraction of peers that announced our current round of `p` and hold our state.

@@ -9,6 +9,7 @@ use super::super::{ContributionAnnounce, Message, PeerId, Settings};
 use super::Lane;
 use crate::delta::ContentHash;
 use bytes::Bytes;
+use std::sync::OnceLock;
 
 impl Lane {
     /// Marks held deltas that `new` already merged as merged, and re-queues those this peer
@@ -68,7 +69,7 @@ impl Lane {
         self.prior_before = self.prior.replace((self.state_hash, before));
         self.overtaken = None;
         self.state_hash = hash;
-        self.state_bytes = bytes;
+        self.state_bytes = OnceLock::from(bytes);
         self.votes.set_mine(self.state.round, hash, self.state.took());
         self.closed_round = self.closed_round.max(new_round);
         let pending = self.open.as_ref().map(|o| self.pending_for(o.round, w));

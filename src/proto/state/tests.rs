@@ -34,6 +34,21 @@ proptest! {
     }
 }
 
+#[test]
+fn values_spanning_several_blocks_keep_their_layout_and_hash() {
+    // Past two blocks of `FLOATS_PER_PUT`, with a partial last one.
+    let n = 2 * FLOATS_PER_PUT + 7;
+    let anchor: Vec<f32> = (0..n).map(|i| i as f32 * 0.5 - 3.0).collect();
+    let mut s = FragmentState::initial(1, anchor.clone());
+    s.momentum = anchor.iter().map(|v| -v).collect();
+    let bytes = s.to_bytes();
+    // Magic, version, fragment, round, parent and length come first: 54 bytes.
+    let values: Vec<u8> = anchor.iter().chain(&s.momentum).flat_map(|v| v.to_le_bytes()).collect();
+    assert_eq!(&bytes[54..54 + values.len()], &values[..]);
+    assert_eq!((bytes.len(), ContentHash::of(&bytes)), (s.wire_len(), s.hash()));
+    assert_eq!(FragmentState::from_bytes(&bytes, &spec(n)).unwrap(), s);
+}
+
 fn id(n: u64) -> ContentHash {
     ContentHash::of(&n.to_le_bytes())
 }
