@@ -151,6 +151,18 @@ pub fn combine(
     rule: MergeRule,
     bounds: &Bounds,
 ) -> Combined {
+    combine_along(spec, inputs, rule, bounds, &vec![1.0; inputs.len()])
+}
+
+/// [`combine`] with each input's agreement factor capped by `along` (its factor for going
+/// the momentum's way, `agreement::momentum_factors`), where the bounds weigh by agreement.
+fn combine_along(
+    spec: &FragmentSpec,
+    inputs: &[Input<'_>],
+    rule: MergeRule,
+    bounds: &Bounds,
+    along: &[f64],
+) -> Combined {
     let numel = spec.numel();
     if inputs.is_empty() {
         return Combined { delta: vec![0.0; numel], agreement: Vec::new() };
@@ -158,7 +170,8 @@ pub fn combine(
     let clips: Vec<_> =
         spec.ranges().map(|(_, range)| clip_factors(inputs, range, bounds.clip)).collect();
     let agreement = if bounds.agree {
-        agreement(spec, inputs, &clips, bounds.abstain)
+        let by_round = agreement(spec, inputs, &clips, bounds.abstain);
+        by_round.iter().zip(along).map(|(a, m)| a.min(*m)).collect()
     } else {
         vec![1.0; inputs.len()]
     };
@@ -297,12 +310,18 @@ pub fn robust_step(
         // against the state's momentum earns nothing, and does not vote in the agreement's
         // medians either (where colluders sending one sparse delta would outvote the few
         // honest values of each coordinate they chose).
-        let refused: Vec<bool> = inputs
-            .iter()
-            .map(|i| bounds.agree && agreement::opposes(spec, i.values, momentum))
-            .collect();
+        let cosines: Vec<Option<f64>> = if bounds.agree {
+            inputs.iter().map(|i| agreement::momentum_cosine(spec, i.values, momentum)).collect()
+        } else {
+            vec![None; inputs.len()]
+        };
+        let refused: Vec<bool> = cosines.iter().map(|&c| agreement::opposes(c)).collect();
         let heard = only(inputs, |k| !refused[k]);
-        let Combined { mut delta, agreement: weighed } = combine(spec, &heard, r.merge, &bounds);
+        let heard_cosines: Vec<Option<f64>> =
+            cosines.iter().zip(&refused).filter(|(_, &r)| !r).map(|(&c, _)| c).collect();
+        let along = agreement::momentum_factors(&heard_cosines);
+        let Combined { mut delta, agreement: weighed } =
+            combine_along(spec, &heard, r.merge, &bounds, &along);
         let mut weighed = weighed.into_iter();
         let agreement: Vec<f64> =
             refused.iter().map(|&r| if r { 0.0 } else { weighed.next().unwrap_or(0.0) }).collect();

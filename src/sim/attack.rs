@@ -24,6 +24,12 @@ pub enum Attack {
     /// momentum refuses, at an angle to where the swarm has been going. Colluding
     /// identities send the same.
     Oblique,
+    /// (b) The attacker's answer to the momentum's share (`agreement::momentum_factors`):
+    /// [`Attack::Oblique`] turned towards the momentum, tensor by tensor, until its cosine
+    /// with it is half the median of the honest deltas it saw — just enough to keep its
+    /// whole weight. Colluding identities send the same. Not in [`Attack::catalogue`]: it
+    /// is the one well-formed attack the merge's bounds do not hold against (SECURITY.md).
+    Aligned,
     /// (c) Well-formed, finite values near `f32::MAX / 127`, honest counts.
     HugeValues { codec: Codec },
     /// (d) A zero delta with the largest claim the manifest allows.

@@ -172,9 +172,10 @@ impl Sim {
             }
             let me = PeerId(h as u64);
             match attack {
-                Attack::ScaledPoison { stolen: true } | Attack::Direction | Attack::Oblique => {
-                    self.byz.saw(h, c.fragment as usize, bytes.clone())
-                }
+                Attack::ScaledPoison { stolen: true }
+                | Attack::Direction
+                | Attack::Oblique
+                | Attack::Aligned => self.byz.saw(h, c.fragment as usize, bytes.clone()),
                 Attack::ForgedOrigin => self.gossip_from(h, me, Message::Contribution(c.clone())),
                 Attack::StolenDelta => {
                     self.byz.keep(h, c.hash, bytes.clone());
@@ -217,10 +218,13 @@ impl Sim {
                 self.publish(i, me, &c, meta, &scaled(base, -10.0), codec);
             }
             Attack::Reversed => self.publish(i, me, &c, meta, &scaled(&honest, -1.0), codec),
-            Attack::Direction | Attack::Oblique => {
+            Attack::Direction | Attack::Oblique | Attack::Aligned => {
                 let mut v = self.against_seen(i, p).unwrap_or_else(|| scaled(&honest, -1.0));
-                if attack == Attack::Oblique {
+                if attack != Attack::Direction {
                     self.beside_momentum(i, p, &mut v);
+                }
+                if attack == Attack::Aligned {
+                    self.toward_momentum(i, p, &mut v, 0.5);
                 }
                 self.publish(i, me, &c, meta, &v, codec);
             }
@@ -381,6 +385,53 @@ impl Sim {
             let after = dot(v, v).sqrt();
             if after > 0.0 {
                 v.iter_mut().for_each(|x| *x = (f64::from(*x) * before / after) as f32);
+            }
+        }
+    }
+
+    /// Turns `v` (already beside the momentum) towards hostile peer `i`'s outer momentum of
+    /// fragment `p`, keeping each tensor's norm, until each tensor's cosine with it is
+    /// `share` × the median momentum cosine of the honest deltas it saw (their per-tensor
+    /// cosines averaged, as the merge reads them).
+    fn toward_momentum(&self, i: usize, p: usize, v: &mut [f32], share: f64) {
+        let Some(proto) = self.protocol(i) else { return };
+        let Some(spec) = self.plan.fragments.get(p) else { return };
+        let Some(Some(h)) = self.byz.by_peer.get(i) else { return };
+        let Some(seen) = h.seen.get(p) else { return };
+        let m = &proto.state(p).momentum;
+        let dot = |a: &[f32], b: &[f32]| {
+            a.iter().zip(b).map(|(&x, &y)| f64::from(x) * f64::from(y)).sum::<f64>()
+        };
+        let cosine = |d: &[f32]| {
+            let per: Vec<f64> = spec
+                .ranges()
+                .filter_map(|(_, r)| {
+                    let (d, m) = (&d[r.clone()], &m[r]);
+                    let n = (dot(d, d) * dot(m, m)).sqrt();
+                    (n > 0.0).then(|| dot(d, m) / n)
+                })
+                .collect();
+            (!per.is_empty()).then(|| per.iter().sum::<f64>() / per.len() as f64)
+        };
+        let mut cosines: Vec<f64> = seen
+            .iter()
+            .filter_map(|b| self.decode_values(b, p))
+            .filter_map(|d| cosine(&d))
+            .collect();
+        if cosines.is_empty() {
+            return;
+        }
+        cosines.sort_by(f64::total_cmp);
+        let c = (share * cosines[(cosines.len() - 1) / 2]).clamp(0.0, 0.99);
+        for (_, r) in spec.ranges() {
+            let (v, m) = (&mut v[r.clone()], &m[r]);
+            let (nv, nm) = (dot(v, v).sqrt(), dot(m, m).sqrt());
+            if nv == 0.0 || nm == 0.0 {
+                continue;
+            }
+            let s = (1.0 - c * c).sqrt();
+            for (x, &y) in v.iter_mut().zip(m) {
+                *x = (nv * (s * f64::from(*x) / nv + c * f64::from(y) / nm)) as f32;
             }
         }
     }

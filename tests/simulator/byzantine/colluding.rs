@@ -215,6 +215,22 @@ fn sparse_options() -> EncodeOptions {
     EncodeOptions { block: 32, keep: 4, zstd_level: 0, ..default }
 }
 
+/// The attack the bounds above do not hold against (SECURITY.md, "What it cannot
+/// defend"): a quarter of 16 sending the oblique delta turned towards the momentum just
+/// enough to keep its whole weight (`Attack::Aligned`). Measured over seeds 76–87: dense
+/// 0.99× at lag 0 and 1.32× at lag 1 (share up to 0.17), sparse 1.09× at lag 0 (share
+/// 0.13); the run still converges, within the bound for a third.
+#[test]
+fn a_quarter_sending_aligned_deltas_does_not_stop_training() {
+    let seed = seed_from_env(76);
+    for setup in [Setup::Default, Setup::Sparse] {
+        for lag in [0, 1] {
+            let what = format!("seed {seed}: lag {lag}: 4/16 {setup:?} Aligned");
+            damage(16, 4, Attack::Aligned, seed, lag, setup).assert_within(BOUND_THIRD, 1.0, &what);
+        }
+    }
+}
+
 /// A third of 18 peers: the run still converges, within the bound SECURITY.md states.
 #[test]
 fn a_third_of_colluding_attackers_do_not_stop_training() {
