@@ -331,10 +331,10 @@ pub(super) fn opposes(cosine: Option<f64>) -> bool {
 
 /// Each contribution's factor for going the momentum's way as far as the round does: twice
 /// its momentum cosine over the round's median one, clamped to `[0, 1]` — the agreement's
-/// rule, with the momentum as the reference. Honest deltas of a round go the momentum's way
-/// alike (on the default model's demo every one of 1,923 had a cosine of at least 0.48 of
-/// its round's median; bench/RESULTS.md, "Held to the momentum's share"), and keep their
-/// whole weight; a delta with the momentum taken out (the oblique attack, which the
+/// rule, with the momentum as the reference. Honest deltas go the momentum's way alike (in
+/// the default model's demo the lowest of 1,923 cosines was 0.48 of their median; all its
+/// merged contributions kept their whole weight: bench/RESULTS.md, "Held to the momentum's
+/// share"), and keep their whole weight; a delta with the momentum taken out (the oblique attack, which the
 /// agreement scores well when colluders share it) earns nothing, and one that adds just
 /// enough momentum to pass must point at least half as much the swarm's way as its round.
 /// All 1 where the median is not positive, or fewer than three contributions have a cosine
