@@ -331,12 +331,13 @@ pub(super) fn opposes(cosine: Option<f64>) -> bool {
 
 /// Each contribution's factor for going the momentum's way as far as the round does: twice
 /// its momentum cosine over the round's median one, clamped to `[0, 1]` — the agreement's
-/// rule, with the momentum as the reference. Honest deltas go the momentum's way alike (in
-/// the default model's demo the lowest of 1,923 cosines was 0.48 of their median; all its
-/// merged contributions kept their whole weight: bench/RESULTS.md, "Held to the momentum's
-/// share"), and keep their whole weight; a delta with the momentum taken out (the oblique attack, which the
-/// agreement scores well when colluders share it) earns nothing, and one that adds just
-/// enough momentum to pass must point at least half as much the swarm's way as its round.
+/// rule, with the momentum as the reference. Honest deltas go the momentum's way alike and
+/// keep their whole weight (in the default model's demo the lowest of 1,923 cosines was
+/// 0.48 of their median, and every merged contribution kept its weight: bench/RESULTS.md,
+/// "Held to the momentum's share"); a delta with the momentum taken out (the oblique
+/// attack, which the agreement scores well when colluders share it) earns nothing, and one
+/// that adds just enough momentum to pass must go at least half as far the swarm's way as
+/// its round (the aligned attack does: SECURITY.md).
 /// All 1 where the median is not positive, or fewer than three contributions have a cosine
 /// (too few for a median that one vote cannot move).
 pub(super) fn momentum_factors(cosines: &[Option<f64>]) -> Vec<f64> {
@@ -354,6 +355,18 @@ pub(super) fn momentum_factors(cosines: &[Option<f64>]) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn momentum_factors_follow_the_rounds_median() {
+        // Lower median of [0, 0.3, 0.8, 0.9] is 0.3: twice it and more keep everything.
+        let f = momentum_factors(&[Some(0.8), Some(0.9), Some(0.3), Some(0.0), None]);
+        assert_eq!(f, vec![1.0, 1.0, 1.0, 0.0, 1.0]);
+        let f = momentum_factors(&[Some(0.8), Some(0.9), Some(0.85), Some(0.2)]);
+        assert_eq!(f, vec![1.0, 1.0, 1.0, 0.5]);
+        // Too few cosines for a median one vote cannot move, or a median not positive.
+        assert_eq!(momentum_factors(&[Some(0.9), Some(0.0), None]), vec![1.0; 3]);
+        assert_eq!(momentum_factors(&[Some(-0.1), Some(0.0), Some(0.5)]), vec![1.0; 3]);
+    }
 
     /// The sort key orders exactly as `total_cmp`: signed zeros, infinities, NaNs of both
     /// signs, subnormals and ordinary values.

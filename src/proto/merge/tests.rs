@@ -254,6 +254,30 @@ fn one_author_s_several_contributions_are_one_vote() {
     assert!(copies.iter().all(|&a| a == 0.0), "{:?}", s.agreement);
 }
 
+/// A delta at right angles to the momentum in every tensor (the oblique attack) earns
+/// nothing beside three that go the momentum's way, although its agreement with the round
+/// alone would weigh it: the honest deltas share its direction off the momentum.
+#[test]
+fn a_delta_beside_the_momentum_earns_nothing() {
+    let settings = one_fragment();
+    // Tensor a (3 values) and b (2): the momentum, and a direction at right angles to it.
+    let momentum = [1.0f32, 1.0, 1.0, 1.0, 1.0];
+    let beside = [1.0f32, -1.0, 0.0, 1.0, -1.0];
+    let honest = |k: f32| -> Vec<f32> {
+        momentum.iter().zip(&beside).map(|(m, b)| k * (m + 0.5 * b)).collect()
+    };
+    let vals = vec![honest(1.0), honest(1.2), honest(0.9), beside.to_vec()];
+    let mut inp = inputs(&vals);
+    let oblique = inp.iter().position(|i| i.values == &beside[..]).unwrap();
+    let alone = combine(&spec(false), &inp, MergeRule::Rda, &settings.merge_bounds()).agreement;
+    assert!(alone[oblique] > 0.5, "the round alone refuses it already: {alone:?}");
+    let s = robust_step(&spec(false), &mut inp, &[0.5; 5], &momentum, &settings, plain(&settings));
+    let oblique = inp.iter().position(|i| i.values == &beside[..]).unwrap();
+    for (k, &a) in s.agreement.iter().enumerate() {
+        assert_eq!(a, if k == oblique { 0.0 } else { 1.0 }, "{:?}", s.agreement);
+    }
+}
+
 /// `inp` with every contribution after the first `honest` made by `attacker`, in canonical
 /// order.
 fn by_attacker(mut inp: Vec<Input<'_>>, honest: usize, attacker: PeerId) -> Vec<Input<'_>> {
