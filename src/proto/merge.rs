@@ -13,6 +13,7 @@ use super::{MergeRule, PeerId};
 use crate::delta::ContentHash;
 use crate::fragment::FragmentSpec;
 use agreement::agreement;
+pub(crate) use agreement::momentum_cosine;
 
 /// One delta as the merge sees it.
 #[derive(Debug, Clone, Copy)]

@@ -13,6 +13,7 @@
 
 use super::Sim;
 use crate::delta::{self, Codec, ContentHash, DeltaMeta, Limits};
+use crate::proto::merge::momentum_cosine;
 use crate::proto::{ContributionAnnounce, FragmentState, Message, PeerId, StateAnnounce};
 use bytes::Bytes;
 use rand::{Rng, SeedableRng};
@@ -391,8 +392,8 @@ impl Sim {
 
     /// Turns `v` (already beside the momentum) towards hostile peer `i`'s outer momentum of
     /// fragment `p`, keeping each tensor's norm, until each tensor's cosine with it is
-    /// `share` × the median momentum cosine of the honest deltas it saw (their per-tensor
-    /// cosines averaged, as the merge reads them).
+    /// `share` × the median momentum cosine of the honest deltas it saw, as the merge
+    /// reads it ([`momentum_cosine`]).
     fn toward_momentum(&self, i: usize, p: usize, v: &mut [f32], share: f64) {
         let Some(proto) = self.protocol(i) else { return };
         let Some(spec) = self.plan.fragments.get(p) else { return };
@@ -402,21 +403,10 @@ impl Sim {
         let dot = |a: &[f32], b: &[f32]| {
             a.iter().zip(b).map(|(&x, &y)| f64::from(x) * f64::from(y)).sum::<f64>()
         };
-        let cosine = |d: &[f32]| {
-            let per: Vec<f64> = spec
-                .ranges()
-                .filter_map(|(_, r)| {
-                    let (d, m) = (&d[r.clone()], &m[r]);
-                    let n = (dot(d, d) * dot(m, m)).sqrt();
-                    (n > 0.0).then(|| dot(d, m) / n)
-                })
-                .collect();
-            (!per.is_empty()).then(|| per.iter().sum::<f64>() / per.len() as f64)
-        };
         let mut cosines: Vec<f64> = seen
             .iter()
             .filter_map(|b| self.decode_values(b, p))
-            .filter_map(|d| cosine(&d))
+            .filter_map(|d| momentum_cosine(spec, &d, m))
             .collect();
         if cosines.is_empty() {
             return;

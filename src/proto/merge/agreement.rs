@@ -300,7 +300,7 @@ pub(super) fn median_without(sorted: &[f64], skip: usize) -> f64 {
 /// merges from the same state — is a witness no contributor of the round can move: in a
 /// set too small for a median the only one, and in any set the one colluders cannot
 /// outvote.
-pub(super) fn momentum_cosine(
+pub(crate) fn momentum_cosine(
     spec: &FragmentSpec,
     values: &[f32],
     momentum: &[f32],
@@ -319,7 +319,8 @@ pub(super) fn momentum_cosine(
         }
         tensors += 1;
     }
-    (tensors > 0).then(|| dot / f64::from(tensors))
+    // Finite values can still square past f64's range; such a cosine says nothing.
+    Some(dot / f64::from(tensors)).filter(|c| tensors > 0 && c.is_finite())
 }
 
 /// Whether a contribution of momentum cosine `cosine` points clearly against the momentum
