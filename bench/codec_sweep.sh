@@ -4,16 +4,19 @@
 # the states fetched per merge (adoptions not recomputed from their recipe). Usage:
 #   bench/codec_sweep.sh STEPS [SEEDS...]      (default seed 1; CELLS="0 2" picks cells)
 # Every cell runs the template's step_ms: the demo's own pace for 4 peers on this machine
-# (`atoll demo --step-ms`, timed once), or STEP_MS=MS.
+# (`atoll demo --step-ms`, timed once), or STEP_MS=MS. OPTIMIZER=muon sets the inner
+# optimizer (`train.optimizer`); MIN_STEP_MS=MS holds every peer's step to at least MS
+# (`demo --min-step-ms`: the same steps per period for optimizers of different speed);
+# ATOLL=BIN runs that binary instead of building one.
 # Writes bench/out/codec-STEPS/table.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=${1:-300}
 shift || true
 seeds=("${@:-1}")
-cargo build -q --bin atoll
-bin=target/debug/atoll
-out=bench/out/codec-$steps
+if [[ -z "${ATOLL:-}" ]]; then cargo build -q --bin atoll; fi
+bin=${ATOLL:-${CARGO_TARGET_DIR:-target}/debug/atoll}
+out=bench/out/codec-$steps${OPTIMIZER:+-$OPTIMIZER}
 mkdir -p "$out"
 "$bin" demo --peers 4 --steps 1 ${STEP_MS:+--step-ms "$STEP_MS"} --run-dir "$out/template" > /dev/null 2>&1
 # name | protocol overrides (JSON)
@@ -34,13 +37,14 @@ cells=(
   'top2 256/4096, feedback decay 0.8|{"encode": {"codec": "top2", "block": 4096, "keep": 256, "zstd_level": 3, "feedback_decay": 0.8}}'
   'top2 512/4096, feedback decay 0.8|{"encode": {"codec": "top2", "block": 4096, "keep": 512, "zstd_level": 3, "feedback_decay": 0.8}}'
   'top2 1024/4096, feedback decay 0.8|{"encode": {"codec": "top2", "block": 4096, "keep": 1024, "zstd_level": 3, "feedback_decay": 0.8}}'
+  'top2 128/4096, feedback decay 0.8|{"encode": {"codec": "top2", "block": 4096, "keep": 128, "zstd_level": 3, "feedback_decay": 0.8}}'
 )
 if [[ -n "${CELLS:-}" ]]; then
   mapfile -t picked < <(for i in $CELLS; do echo "${cells[$i]}"; done)
   cells=("${picked[@]}")
 fi
 table="$out/table.md"
-echo "4 peers × $steps steps, default model; seeds ${seeds[*]}" | tee "$table"
+echo "4 peers × $steps steps, default model, ${OPTIMIZER:-adamw}; seeds ${seeds[*]}" | tee "$table"
 echo "| codec | val_bpb per seed | mean val_bpb | MiB sent per peer | vs data-parallel | states fetched per merge |" | tee -a "$table"
 echo "|---|---|---:|---:|---:|---:|" | tee -a "$table"
 for cell in "${cells[@]}"; do
@@ -48,10 +52,12 @@ for cell in "${cells[@]}"; do
   results=()
   for seed in "${seeds[@]}"; do
     cfg="$out/cfg-$seed.json"
-    python3 - "$out/template/manifest.json" "$cfg" "$seed" "$over" "$steps" <<'PY'
+    python3 - "$out/template/manifest.json" "$cfg" "$seed" "$over" "$steps" "${OPTIMIZER:-}" <<'PY'
 import json, sys
 m = json.load(open(sys.argv[1]))
 m["train"]["seed"] = int(sys.argv[3])
+if sys.argv[6]:
+    m["train"]["optimizer"] = sys.argv[6]
 # The template was made for one step: the schedule decays over the run's steps.
 m["train"]["schedule"]["decay_steps"] = int(sys.argv[5])
 m["protocol"].update(json.loads(sys.argv[4]))
@@ -60,7 +66,8 @@ json.dump(m, open(sys.argv[2], "w"))
 PY
     dir="$out/run-${name//[^a-z0-9]/_}-$seed"
     rm -rf "$dir"
-    "$bin" demo --peers 4 --steps "$steps" --config "$cfg" --run-dir "$dir" > "$dir.log" 2>&1
+    "$bin" demo --peers 4 --steps "$steps" --config "$cfg" --run-dir "$dir" \
+      ${MIN_STEP_MS:+--min-step-ms "$MIN_STEP_MS"} > "$dir.log" 2>&1
     results+=("$dir")
   done
   python3 - "$name" "$steps" "${results[@]}" <<'PY' | tee -a "$table"

@@ -15,7 +15,8 @@ mod tests;
 
 use burn::grad_clipping::GradientClippingConfig;
 use burn::module::Module;
-use burn::optim::{AdamWConfig, GradientsParams, ModuleOptimizer};
+use burn::module::ParamGroup;
+use burn::optim::{AdamWConfig, AdjustLrFn, GradientsParams, ModuleOptimizer, MuonConfig};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
@@ -23,7 +24,7 @@ use crate::backend::Backend;
 use crate::data::{Batch, Corpus, DataError, Dataset, Shard};
 use crate::model::{Lm, ModelConfigError};
 
-pub use config::TrainConfig;
+pub use config::{InnerOptimizer, TrainConfig};
 pub use schedule::LrSchedule;
 
 /// A training configuration that makes no sense, or data that does not fit it.
@@ -349,16 +350,36 @@ pub enum RestoreError {
     Unusable(String),
 }
 
-/// The trainer's AdamW, set from `config` (betas, weight decay, gradient clipping).
+/// The trainer's optimizer, set from `config`: AdamW (betas, weight decay, gradient
+/// clipping) for every parameter, or, with [`InnerOptimizer::Muon`], for all but the
+/// blocks' weight matrices ([`MUON_PARAMS`]), which Muon steps.
 pub fn optimizer(config: &TrainConfig) -> ModuleOptimizer {
-    AdamWConfig::new()
+    let adamw = AdamWConfig::new()
         .with_beta_1(config.beta1)
         .with_beta_2(config.beta2)
         .with_epsilon(1e-8)
         .with_weight_decay(config.weight_decay)
         .with_grad_clipping(Some(GradientClippingConfig::Norm(config.clip_norm)))
-        .init()
+        .init();
+    match config.optimizer {
+        InnerOptimizer::Adamw => adamw,
+        InnerOptimizer::Muon => {
+            let muon = MuonConfig::new()
+                .with_adjust_lr_fn(AdjustLrFn::MatchRmsAdamW)
+                .with_weight_decay(Some(burn::optim::decay::WeightDecayConfig::new(
+                    config.weight_decay,
+                )))
+                .build();
+            let matrices = ParamGroup::from_regex(MUON_PARAMS).expect("a valid pattern");
+            adamw.with_group(matrices, muon, None)
+        }
+    }
 }
+
+/// The parameters Muon steps: the blocks' attention and feed-forward weight matrices, by
+/// their module path (`burn::nn::transformer`'s field names).
+pub const MUON_PARAMS: &str =
+    r"^blocks\.layers\.\d+\.(mha\.(query|key|value|output)|pwff\.linear_(inner|outer))\.weight$";
 
 /// The model initialised from the run seed. Seeding and drawing go through the backend's
 /// global generator, and burn draws a parameter lazily, at its first use: every parameter

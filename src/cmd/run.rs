@@ -98,6 +98,7 @@ fn resolve_manifest(args: &Args, corpus: &atoll::data::Corpus) -> anyhow::Result
     let preset = args.model.unwrap_or_default();
     let mut train = preset.train_config(TrainConfig::default().seed);
     train.model.activation = args.activation.unwrap_or(train.model.activation);
+    train.optimizer = args.optimizer.unwrap_or(train.optimizer);
     let protocol = manifest::preset_protocol(preset);
     let default = || Manifest::new(&args.run_name, train.clone(), corpus, protocol.clone());
     let manifest = known_manifest(args, Some(&default))?.unwrap_or_else(default);
@@ -111,13 +112,19 @@ fn resolve_manifest(args: &Args, corpus: &atoll::data::Corpus) -> anyhow::Result
     if let Some(a) = args.activation {
         chosen.push(format!("--activation {}", name(clap::ValueEnum::to_possible_value(&a))));
     }
-    if !chosen.is_empty() && manifest.train.model != train.model {
+    if let Some(o) = args.optimizer {
+        chosen.push(format!("--optimizer {}", name(clap::ValueEnum::to_possible_value(&o))));
+    }
+    let other = manifest.train.model != train.model
+        || args.optimizer.is_some_and(|o| o != manifest.train.optimizer);
+    if !chosen.is_empty() && other {
         bail!(
-            "{} holds a run of another model ({} parameters, {:?}); {} {} to a new run only: use \
-             a fresh run dir",
+            "{} holds a run of another model ({} parameters, {:?}, {:?}); {} {} to a new run \
+             only: use a fresh run dir",
             args.run_dir.display(),
             manifest.train.model.num_params(),
             manifest.train.model.activation,
+            manifest.train.optimizer,
             chosen.join(" and "),
             if chosen.len() > 1 { "apply" } else { "applies" },
         );

@@ -15,6 +15,7 @@ use atoll::model::Activation;
 use atoll::rundir::anchors;
 use atoll::rundir::status;
 use atoll::train::preset::Preset;
+use atoll::train::InnerOptimizer;
 
 mod console;
 pub use console::Console;
@@ -42,6 +43,10 @@ pub struct RunArgs {
     /// the preset's.
     #[arg(long, value_enum, conflicts_with = "config")]
     pub activation: Option<Activation>,
+    /// The default run's inner optimizer of the blocks' weight matrices (`atoll train
+    /// --optimizer`). Default: adamw.
+    #[arg(long, value_enum, conflicts_with = "config")]
+    pub optimizer: Option<InnerOptimizer>,
     /// Backend of every peer: flex or ndarray (CPU), wgpu (GPU, when built with
     /// `--features wgpu`).
     #[arg(long, default_value = "flex")]
@@ -83,6 +88,9 @@ impl RunArgs {
             manifest(self.config.as_deref(), preset, self.seed, decay_steps, &corpus)?;
         if let Some(activation) = self.activation {
             manifest.train.model.activation = activation;
+        }
+        if let Some(optimizer) = self.optimizer {
+            manifest.train.optimizer = optimizer;
         }
         Ok((corpus, manifest))
     }

@@ -10,7 +10,7 @@ use atoll::data::{Corpus, Shard};
 use atoll::metrics::{bits_per_byte, MetricsLog, MetricsRecord};
 use atoll::model::Activation;
 use atoll::train::preset::{self, Preset};
-use atoll::train::{LossMean, TrainConfig, Trainer};
+use atoll::train::{InnerOptimizer, LossMean, TrainConfig, Trainer};
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// Arguments of `atoll train`.
@@ -80,6 +80,10 @@ pub struct Hyper {
     /// GELU at 1–3% higher val_bpb per step (bench/RESULTS.md). Default: the preset's.
     #[arg(long, value_enum)]
     pub activation: Option<Activation>,
+    /// The inner optimizer of the blocks' weight matrices (the rest always take AdamW).
+    /// Default: adamw.
+    #[arg(long, value_enum)]
+    pub optimizer: Option<InnerOptimizer>,
     /// Validation every this many steps.
     #[arg(long)]
     pub val_every: Option<u64>,
@@ -101,6 +105,7 @@ impl Hyper {
         c.model.n_heads = self.heads.unwrap_or(c.model.n_heads);
         c.model.activation = self.activation.unwrap_or(c.model.activation);
         c.val_every = self.val_every.unwrap_or(c.val_every);
+        c.optimizer = self.optimizer.unwrap_or(c.optimizer);
         c
     }
 }

@@ -26,6 +26,31 @@ pub struct TrainConfig {
     pub val_every: u64,
     /// Batches in one validation pass.
     pub val_batches: usize,
+    /// The inner optimizer of the blocks' weight matrices. Left out of a manifest when it is
+    /// the default, so a manifest written before the setting existed keeps its run id.
+    #[serde(default, skip_serializing_if = "InnerOptimizer::is_adamw")]
+    pub optimizer: InnerOptimizer,
+}
+
+/// What steps the blocks' weight matrices (attention and feed-forward projections); the
+/// embeddings, the head, the norms and every bias always take AdamW.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum InnerOptimizer {
+    /// AdamW with the config's betas, weight decay and clipping.
+    #[default]
+    Adamw,
+    /// Muon (momentum 0.95, Nesterov, five Newton–Schulz iterations, burn's own), with its
+    /// rate matched to AdamW's update size (`0.2·√max(rows, cols)`), so one schedule serves
+    /// both, and the config's weight decay. MuLoCo (arXiv 2505.23725) reports that its outer
+    /// deltas survive low-bit codes better than AdamW's.
+    Muon,
+}
+
+impl InnerOptimizer {
+    pub fn is_adamw(&self) -> bool {
+        *self == Self::Adamw
+    }
 }
 
 impl Default for TrainConfig {
@@ -41,6 +66,7 @@ impl Default for TrainConfig {
             seed: 0,
             val_every: 50,
             val_batches: 8,
+            optimizer: InnerOptimizer::Adamw,
         }
     }
 }

@@ -66,3 +66,81 @@ fn compute_runs_on_a_pool_thread() {
     let inside = pool.install(|| on_compute_pool(cpu, rayon::current_num_threads));
     assert_eq!(inside, 1, "stayed on the installed pool of one thread");
 }
+
+/// With Muon, exactly the blocks' six weight matrices per layer take Muon (by the module
+/// paths the optimizer matches), and its record holds one moment for each of them where
+/// AdamW's holds two: the group reached the matrices it names and nothing else.
+#[test]
+fn muon_steps_the_blocks_matrices_and_nothing_else() {
+    /// Each float parameter's module path (as the optimizer's mapper spells it), rank and size.
+    #[derive(Default)]
+    struct Paths {
+        at: Vec<String>,
+        seen: Vec<(String, usize)>,
+    }
+    impl burn::module::ModuleVisitor for Paths {
+        fn enter_module(&mut self, name: &str, _: &str) {
+            self.at.push(name.to_owned());
+        }
+        fn exit_module(&mut self, _: &str, _: &str) {
+            self.at.pop();
+        }
+        fn visit_float<const D: usize>(&mut self, p: &burn::module::Param<Tensor<D>>) {
+            self.seen.push((self.at.join("."), D * 1_000_000 + p.val().shape().num_elements()));
+        }
+    }
+    let corpus = Corpus::embedded().unwrap();
+    let run = |optimizer| {
+        let config = TrainConfig { optimizer, ..TrainConfig::tiny(7) };
+        let mut t = Trainer::new(config, Backend::default(), &corpus, Shard::WHOLE).unwrap();
+        let first = t.step().unwrap().loss.unwrap();
+        let mut last = first;
+        for _ in 0..20 {
+            last = t.step().unwrap().loss.unwrap();
+        }
+        assert!(last < first, "{optimizer:?}: loss {first} → {last}");
+        (t.optim.into_bytes().unwrap().len(), t)
+    };
+    let (adamw, _) = run(InnerOptimizer::Adamw);
+    let (muon, t) = run(InnerOptimizer::Muon);
+    let mut paths = Paths::default();
+    t.model.visit(&mut paths);
+    let group = ParamGroup::from_regex(MUON_PARAMS).unwrap();
+    let id = burn::module::ParamId::new();
+    let matched: Vec<&(String, usize)> =
+        paths.seen.iter().filter(|(p, _)| group.matches(&id, Some(p))).collect();
+    let layers = t.config.model.n_layers;
+    assert_eq!(matched.len(), 6 * layers, "{:?}", paths.seen);
+    assert!(matched.iter().all(|(_, k)| k / 1_000_000 == 2), "{matched:?}");
+    let values: usize = matched.iter().map(|(_, k)| k % 1_000_000).sum();
+    // One f32 moment fewer per matrix value, give or take the records' framing.
+    let saved = adamw as i64 - muon as i64;
+    let want = 4 * values as i64;
+    assert!((saved - want).abs() < want / 10, "saved {saved} bytes, want about {want}");
+}
+
+/// A Muon trainer's checkpoint parts restore to a trainer that takes the same next step.
+#[test]
+fn a_muon_trainer_restores_its_momentum() {
+    let corpus = Corpus::embedded().unwrap();
+    let config = TrainConfig { optimizer: InnerOptimizer::Muon, ..TrainConfig::tiny(7) };
+    let mut t = Trainer::new(config.clone(), Backend::default(), &corpus, Shard::WHOLE).unwrap();
+    for _ in 0..3 {
+        t.step().unwrap();
+    }
+    let (model, optim) = t.snapshot().unwrap();
+    let mut back = Trainer::restore(
+        config,
+        Backend::default(),
+        &corpus,
+        Shard::WHOLE,
+        t.state(),
+        model,
+        optim,
+    )
+    .unwrap();
+    let (a, b) = (t.step().unwrap().loss.unwrap(), back.step().unwrap().loss.unwrap());
+    assert_eq!(a, b);
+    let (a, b) = (t.step().unwrap().loss.unwrap(), back.step().unwrap().loss.unwrap());
+    assert_eq!(a, b, "the second step after the restore, which the momentum steers");
+}

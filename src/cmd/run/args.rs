@@ -44,6 +44,10 @@ pub struct Args {
     /// Default: the preset's.
     #[arg(long, value_enum, conflicts_with_all = ["config", "join"])]
     pub activation: Option<atoll::model::Activation>,
+    /// Inner optimizer of a new default run's weight matrices (`atoll train --optimizer`).
+    /// Default: adamw.
+    #[arg(long, value_enum, conflicts_with_all = ["config", "join"])]
+    pub optimizer: Option<atoll::train::InnerOptimizer>,
     /// Train until this many inner steps in total, then merge until the swarm is quiet.
     #[arg(long, conflicts_with_all = ["duration", "no_train"])]
     pub steps: Option<u64>,
