@@ -6,9 +6,11 @@
 //! shared VM's rate drifts by a third between seconds).
 //!
 //! `cargo bench --bench throughput -- [--steps N] [--backend NAME|all] [--model PRESET]
-//!  [--matmul N] [--micro-batch ROWS] [--activation gelu|hard-swish]` (the GPU backend:
-//! add `--features wgpu`; with `--micro-batch` atoll's trainer runs each batch in passes
-//! of ROWS rows, the plain loop stays whole; `--activation` overrides the preset's).
+//!  [--matmul N] [--micro-batch ROWS] [--activation gelu|hard-swish] [--optimizer
+//!  adamw|muon]` (the GPU backend: add `--features wgpu`; with `--micro-batch` atoll's
+//! trainer runs each batch in passes of ROWS rows, the plain loop stays whole;
+//! `--activation` and `--optimizer` override the preset's; Muon's Newton–Schulz
+//! iterations are not in the model's FLOP count).
 //! Thread count follows rayon (`RAYON_NUM_THREADS=1` for one core).
 
 use std::time::Instant;
@@ -17,16 +19,16 @@ use atoll::backend::Backend;
 use atoll::data::{Corpus, Shard};
 use atoll::model::Activation;
 use atoll::train::preset::Preset;
-use atoll::train::{on_compute_pool, to_tensors, TrainConfig, Trainer};
+use atoll::train::{on_compute_pool, to_tensors, InnerOptimizer, TrainConfig, Trainer};
 use burn::optim::GradientsParams;
 use burn::tensor::{Distribution, Tensor};
 
 const USAGE: &str = "usage: throughput [--steps N] [--backend NAME|all] [--model PRESET] \
-[--matmul N] [--micro-batch ROWS] [--activation gelu|hard-swish]";
+[--matmul N] [--micro-batch ROWS] [--activation gelu|hard-swish] [--optimizer adamw|muon]";
 
 /// Flags that take a value; `--bench` is what `cargo bench` passes.
-const FLAGS: [&str; 6] =
-    ["--steps", "--backend", "--model", "--matmul", "--micro-batch", "--activation"];
+const FLAGS: [&str; 7] =
+    ["--steps", "--backend", "--model", "--matmul", "--micro-batch", "--activation", "--optimizer"];
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
@@ -64,15 +66,20 @@ fn main() -> anyhow::Result<()> {
         config.model.activation = <Activation as clap::ValueEnum>::from_str(&name, true)
             .map_err(|e| anyhow::anyhow!("--activation: {e}"))?;
     }
+    if let Some(name) = value("--optimizer") {
+        config.optimizer = <InnerOptimizer as clap::ValueEnum>::from_str(&name, true)
+            .map_err(|e| anyhow::anyhow!("--optimizer: {e}"))?;
+    }
     let tokens = config.tokens_per_step();
     let flops_per_token = 6.0 * config.model.num_params() as f64;
     println!(
-        "model: d_model {} layers {} heads {} context {} activation {:?}; batch {} ({tokens} tokens/step), atoll in passes of {} rows; {steps} steps; rayon threads {}",
+        "model: d_model {} layers {} heads {} context {} activation {:?} optimizer {:?}; batch {} ({tokens} tokens/step), atoll in passes of {} rows; {steps} steps; rayon threads {}",
         config.model.d_model,
         config.model.n_layers,
         config.model.n_heads,
         config.model.context,
         config.model.activation,
+        config.optimizer,
         config.batch,
         if micro == 0 { config.batch } else { micro.min(config.batch) },
         std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "default".into())

@@ -42,7 +42,7 @@ fn peers_with_different_manifests_refuse_each_other_and_say_why() {
     }
 }
 
-/// `--model` and `--activation` name the model of a new run: a run dir that holds a run
+/// `--model`, `--activation` and `--optimizer` name the model of a new run: a run dir that holds a run
 /// of another model is refused with the reason, before the peer joins anything.
 #[test]
 fn a_run_dir_of_another_model_refuses_a_preset() {
@@ -68,4 +68,5 @@ fn a_run_dir_of_another_model_refuses_a_preset() {
     };
     refused(&["--model", "small"], "--model small applies to a new run only");
     refused(&["--activation", "hard-swish"], "--activation hard-swish applies to a new run only");
+    refused(&["--optimizer", "adamw"], "--optimizer adamw applies to a new run only");
 }

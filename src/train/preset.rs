@@ -4,7 +4,7 @@
 //! new run is one word; the manifest records the expanded numbers, never the name, so a
 //! preset retuned later cannot change a running swarm's model.
 
-use super::TrainConfig;
+use super::{InnerOptimizer, TrainConfig};
 use crate::model::{ModelConfig, VOCAB_SIZE};
 
 /// A named model size. The parameter counts are checked against the built model by the
@@ -26,7 +26,11 @@ impl Preset {
     /// The training configuration of this preset with `seed`.
     pub fn train_config(self, seed: u64) -> TrainConfig {
         let shaped = |d: usize, layers: usize, heads: usize, context: usize, peak: f64| {
-            let mut c = TrainConfig { seed, ..TrainConfig::default() };
+            // AdamW: at these widths Muon's Newton–Schulz iterations cost as much as the
+            // step itself (`small` alone: 1.76× as long a step for 1.7% lower val_bpb at
+            // equal steps, bench/RESULTS.md, "Muon as the inner optimizer").
+            let optimizer = InnerOptimizer::Adamw;
+            let mut c = TrainConfig { seed, optimizer, ..TrainConfig::default() };
             c.model = ModelConfig::new()
                 .with_d_model(d)
                 .with_n_layers(layers)

@@ -144,3 +144,23 @@ fn a_muon_trainer_restores_its_momentum() {
     let (a, b) = (t.step().unwrap().loss.unwrap(), back.step().unwrap().loss.unwrap());
     assert_eq!(a, b, "the second step after the restore, which the momentum steers");
 }
+
+/// The default run trains with Muon, the tiny test model and the larger presets with
+/// AdamW, and a config that names no optimizer (every manifest written before the setting
+/// existed) means AdamW, and one that chose AdamW is written without it.
+#[test]
+fn a_config_that_names_no_optimizer_means_adamw() {
+    use super::preset::Preset;
+    assert_eq!(TrainConfig::default().optimizer, InnerOptimizer::Muon);
+    assert_eq!(Preset::Default.train_config(0).optimizer, InnerOptimizer::Muon);
+    for p in [Preset::Tiny, Preset::Small, Preset::Base] {
+        assert_eq!(p.train_config(0).optimizer, InnerOptimizer::Adamw, "{p:?}");
+    }
+    let mut json = serde_json::to_value(TrainConfig::default()).unwrap();
+    assert_eq!(json["optimizer"], "muon");
+    json.as_object_mut().unwrap().remove("optimizer");
+    let old: TrainConfig = serde_json::from_value(json).unwrap();
+    assert_eq!(old.optimizer, InnerOptimizer::Adamw);
+    let written = serde_json::to_value(&old).unwrap();
+    assert!(written.get("optimizer").is_none(), "{written}");
+}
