@@ -44,7 +44,7 @@ pub struct RunArgs {
     #[arg(long, value_enum, conflicts_with = "config")]
     pub activation: Option<Activation>,
     /// The default run's inner optimizer of the blocks' weight matrices (`atoll train
-    /// --optimizer`). Default: adamw.
+    /// --optimizer`). Default: the preset's.
     #[arg(long, value_enum, conflicts_with = "config")]
     pub optimizer: Option<InnerOptimizer>,
     /// Backend of every peer: flex or ndarray (CPU), wgpu (GPU, when built with

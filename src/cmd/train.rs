@@ -81,7 +81,7 @@ pub struct Hyper {
     #[arg(long, value_enum)]
     pub activation: Option<Activation>,
     /// The inner optimizer of the blocks' weight matrices (the rest always take AdamW).
-    /// Default: adamw.
+    /// Default: the preset's (muon for `default`, adamw for the others).
     #[arg(long, value_enum)]
     pub optimizer: Option<InnerOptimizer>,
     /// Validation every this many steps.

@@ -44,7 +44,8 @@ pub enum InnerOptimizer {
     /// Muon (momentum 0.95, Nesterov, five Newton–Schulz iterations, burn's own), with its
     /// rate matched to AdamW's update size (`0.2·√max(rows, cols)`), so one schedule serves
     /// both, and the config's weight decay. MuLoCo (arXiv 2505.23725) reports that its outer
-    /// deltas survive low-bit codes better than AdamW's.
+    /// deltas survive low-bit codes better than AdamW's; on the default model they lose
+    /// more to a sparser top-k code (bench/RESULTS.md, "Muon as the inner optimizer").
     Muon,
 }
 

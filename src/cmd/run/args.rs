@@ -45,7 +45,7 @@ pub struct Args {
     #[arg(long, value_enum, conflicts_with_all = ["config", "join"])]
     pub activation: Option<atoll::model::Activation>,
     /// Inner optimizer of a new default run's weight matrices (`atoll train --optimizer`).
-    /// Default: adamw.
+    /// Default: the preset's.
     #[arg(long, value_enum, conflicts_with_all = ["config", "join"])]
     pub optimizer: Option<atoll::train::InnerOptimizer>,
     /// Train until this many inner steps in total, then merge until the swarm is quiet.
