@@ -41,6 +41,12 @@ cells=(
   'top2 512/4096, feedback decay 0.8, outer lr 1.0|{"encode": {"codec": "top2", "block": 4096, "keep": 512, "zstd_level": 3, "feedback_decay": 0.8}, "outer_lr": 1.0}'
   'top2 512/4096, feedback decay 0.8, momentum 0.6|{"encode": {"codec": "top2", "block": 4096, "keep": 512, "zstd_level": 3, "feedback_decay": 0.8}, "momentum": 0.6}'
   'top2 512/4096, feedback decay 0.8, outer lr 0.5|{"encode": {"codec": "top2", "block": 4096, "keep": 512, "zstd_level": 3, "feedback_decay": 0.8}, "outer_lr": 0.5}'
+  'top2 512/4096, feedback decay 0.8, outer lr 1.3|{"encode": {"codec": "top2", "block": 4096, "keep": 512, "zstd_level": 3, "feedback_decay": 0.8}, "outer_lr": 1.3}'
+  'top2 512/4096, feedback decay 0.8, outer lr 1.0, no momentum|{"encode": {"codec": "top2", "block": 4096, "keep": 512, "zstd_level": 3, "feedback_decay": 0.8}, "outer_lr": 1.0, "momentum": 0.0}'
+  'q4 (block 64), outer lr 1.0|{"encode": {"codec": "q4", "block": 64, "keep": 64, "zstd_level": 3}, "outer_lr": 1.0}'
+  'top2 1024/4096, feedback decay 0.8, outer lr 1.0|{"encode": {"codec": "top2", "block": 4096, "keep": 1024, "zstd_level": 3, "feedback_decay": 0.8}, "outer_lr": 1.0}'
+  'top2 512/4096, feedback decay 0.95, outer lr 1.0|{"encode": {"codec": "top2", "block": 4096, "keep": 512, "zstd_level": 3, "feedback_decay": 0.95}, "outer_lr": 1.0}'
+  'top2 512/4096, feedback decay 0.6, outer lr 1.0|{"encode": {"codec": "top2", "block": 4096, "keep": 512, "zstd_level": 3, "feedback_decay": 0.6}, "outer_lr": 1.0}'
 )
 if [[ -n "${CELLS:-}" ]]; then
   mapfile -t picked < <(for i in $CELLS; do echo "${cells[$i]}"; done)

@@ -9,8 +9,8 @@
 //!  [--matmul N] [--micro-batch ROWS] [--activation gelu|hard-swish] [--optimizer
 //!  adamw|muon]` (the GPU backend: add `--features wgpu`; with `--micro-batch` atoll's
 //! trainer runs each batch in passes of ROWS rows, the plain loop stays whole;
-//! `--activation` and `--optimizer` override the preset's; Muon's Newton–Schulz
-//! iterations are not in the model's FLOP count).
+//! `--activation` and `--optimizer` override the preset's; with Muon the FLOP count adds
+//! its Newton–Schulz iterations, [`newton_schulz_flops`]).
 //! Thread count follows rayon (`RAYON_NUM_THREADS=1` for one core).
 
 use std::time::Instant;
@@ -71,7 +71,8 @@ fn main() -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("--optimizer: {e}"))?;
     }
     let tokens = config.tokens_per_step();
-    let flops_per_token = 6.0 * config.model.num_params() as f64;
+    let flops_per_token =
+        6.0 * config.model.num_params() as f64 + newton_schulz_flops(&config) / tokens as f64;
     println!(
         "model: d_model {} layers {} heads {} context {} activation {:?} optimizer {:?}; batch {} ({tokens} tokens/step), atoll in passes of {} rows; {steps} steps; rayon threads {}",
         config.model.d_model,
@@ -107,6 +108,21 @@ fn main() -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The FLOPs of Muon's Newton–Schulz iterations in one step of `c` (none with AdamW):
+/// five per matrix of the blocks (`atoll::train::MUON_PARAMS`), each X·Xᵀ (2m²n), A·A (2m³)
+/// and B·X (2m²n) on the matrix as m × n with m ≤ n (burn's Muon turns a tall one).
+fn newton_schulz_flops(c: &TrainConfig) -> f64 {
+    if c.optimizer.is_adamw() {
+        return 0.0;
+    }
+    let (d, ff) = (c.model.d_model as f64, c.model.d_ff as f64);
+    let matrix = |a: f64, b: f64| {
+        let (m, n) = (a.min(b), a.max(b));
+        5.0 * (4.0 * m * m * n + 2.0 * m * m * m)
+    };
+    c.model.n_layers as f64 * (4.0 * matrix(d, d) + 2.0 * matrix(d, ff))
 }
 
 /// The backend's best f32 matmul rate on `n`×`n` matrices, in GFLOP/s (best of 5 after a

@@ -14,7 +14,7 @@ use crate::data::Corpus;
 use crate::delta::{Codec, EncodeOptions};
 use crate::proto::{RawSettings, Settings, SettingsError};
 use crate::train::preset::Preset;
-use crate::train::{TrainConfig, TrainError};
+use crate::train::{InnerOptimizer, TrainConfig, TrainError};
 
 /// Version of the manifest format.
 pub const FORMAT: u32 = 1;
@@ -71,10 +71,22 @@ pub fn default_protocol() -> RawSettings {
     }
 }
 
-/// [`default_protocol`] for a run of `preset`: its rounds paced by the preset's reference
-/// step ([`Preset::step_ms`]; the default preset's is `default_protocol`'s own).
-pub fn preset_protocol(preset: Preset) -> RawSettings {
-    RawSettings { step_ms: preset.step_ms(), ..default_protocol() }
+/// [`default_protocol`] for a run of `preset` whose inner optimizer is `optimizer`: its
+/// rounds paced by the preset's reference step ([`Preset::step_ms`]; the default preset's
+/// is `default_protocol`'s own), its outer step the optimizer's ([`outer_lr`]).
+pub fn preset_protocol(preset: Preset, optimizer: InnerOptimizer) -> RawSettings {
+    RawSettings { step_ms: preset.step_ms(), outer_lr: outer_lr(optimizer), ..default_protocol() }
+}
+
+/// The outer learning rate of a new run whose peers step with `optimizer`: DESIGN.md
+/// §3.4's 0.7 after AdamW; 1.0 after Muon, whose 4-peer demo ends 2.8% lower with it at
+/// 300 steps (2.860 against 2.943, three seeds) and 0.5% at 2,000, on fewer bytes
+/// (bench/RESULTS.md, "Muon's outer rate").
+pub fn outer_lr(optimizer: InnerOptimizer) -> f32 {
+    match optimizer {
+        InnerOptimizer::Adamw => RawSettings::default().outer_lr,
+        InnerOptimizer::Muon => 1.0,
+    }
 }
 
 /// The default run's delta codec: in each block of 4,096 values the 512 largest, each a

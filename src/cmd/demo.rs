@@ -375,4 +375,17 @@ mod tests {
         let short = paced_protocol(&["--model", "tiny", "--step-ms", "70"]).unwrap();
         assert_eq!((short.step_ms, short.grace_cap_ms, short.max_wait_ms), (70, 140, None));
     }
+
+    #[test]
+    fn a_new_runs_outer_rate_follows_its_inner_optimizer() {
+        let outer = |line: &[&str]| {
+            let line: Vec<&str> = ["--step-ms", "250"].iter().chain(line).copied().collect();
+            paced_protocol(&line).unwrap().outer_lr
+        };
+        // The default preset steps with Muon, the tiny one with AdamW.
+        assert_eq!(outer(&[]), 1.0);
+        assert_eq!(outer(&["--optimizer", "adamw"]), 0.7);
+        assert_eq!(outer(&["--model", "tiny"]), 0.7);
+        assert_eq!(outer(&["--model", "tiny", "--optimizer", "muon"]), 1.0);
+    }
 }

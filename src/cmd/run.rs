@@ -99,7 +99,7 @@ fn resolve_manifest(args: &Args, corpus: &atoll::data::Corpus) -> anyhow::Result
     let mut train = preset.train_config(TrainConfig::default().seed);
     train.model.activation = args.activation.unwrap_or(train.model.activation);
     train.optimizer = args.optimizer.unwrap_or(train.optimizer);
-    let protocol = manifest::preset_protocol(preset);
+    let protocol = manifest::preset_protocol(preset, train.optimizer);
     let default = || Manifest::new(&args.run_name, train.clone(), corpus, protocol.clone());
     let manifest = known_manifest(args, Some(&default))?.unwrap_or_else(default);
     let name = |v: Option<clap::builder::PossibleValue>| {

@@ -15,7 +15,7 @@ use atoll::model::Activation;
 use atoll::rundir::anchors;
 use atoll::rundir::status;
 use atoll::train::preset::Preset;
-use atoll::train::InnerOptimizer;
+use atoll::train::{InnerOptimizer, TrainConfig};
 
 mod console;
 pub use console::Console;
@@ -84,8 +84,9 @@ impl RunArgs {
     pub fn open(&self, decay_steps: Option<u64>) -> anyhow::Result<(Corpus, Manifest)> {
         let corpus = super::train::load_corpus(self.data.as_deref())?;
         let preset = self.model.unwrap_or_default();
-        let mut manifest =
-            manifest(self.config.as_deref(), preset, self.seed, decay_steps, &corpus)?;
+        let mut train = preset.train_config(self.seed);
+        train.optimizer = self.optimizer.unwrap_or(train.optimizer);
+        let mut manifest = manifest(self.config.as_deref(), preset, train, decay_steps, &corpus)?;
         if let Some(activation) = self.activation {
             manifest.train.model.activation = activation;
         }
@@ -108,23 +109,24 @@ impl RunArgs {
     }
 }
 
-/// The run manifest of a local swarm: `config`, or the default one of `preset` with `seed`
-/// and, if given, a learning-rate decay over `decay_steps`; its epoch is set to now.
+/// The run manifest of a local swarm: `config`, or a new run of `preset` training `train`
+/// (the preset's, with the command line's choices) and, if given, a learning-rate decay over
+/// `decay_steps`; its epoch is set to now.
 pub fn manifest(
     config: Option<&Path>,
     preset: Preset,
-    seed: u64,
+    mut train: TrainConfig,
     decay_steps: Option<u64>,
     corpus: &Corpus,
 ) -> anyhow::Result<Manifest> {
     let mut manifest = match config {
         Some(path) => Manifest::load(path)?,
         None => {
-            let mut train = preset.train_config(seed);
             if let Some(steps) = decay_steps {
                 train.schedule.decay_steps = steps.max(1);
             }
-            Manifest::new(SWARM_NAME, train, corpus, manifest::preset_protocol(preset))
+            let protocol = manifest::preset_protocol(preset, train.optimizer);
+            Manifest::new(SWARM_NAME, train, corpus, protocol)
         }
     };
     manifest.epoch_unix_ms = status::unix_ms();

@@ -241,14 +241,20 @@ mod tests {
     #[test]
     fn each_preset_paces_a_valid_run() {
         use crate::manifest::{default_protocol, preset_protocol};
+        use crate::proto::RawSettings;
         let mut last = 0;
         for preset in Preset::value_variants() {
-            let settings = crate::proto::Settings::new(preset_protocol(*preset)).unwrap();
+            let optimizer = preset.train_config(0).optimizer;
+            let settings =
+                crate::proto::Settings::new(preset_protocol(*preset, optimizer)).unwrap();
             assert_eq!(settings.period_ms(), settings.raw().h * preset.step_ms(), "{preset:?}");
             assert!(preset.step_ms() >= last, "{preset:?} steps faster than a smaller preset");
             last = preset.step_ms();
         }
-        assert_eq!(preset_protocol(Preset::Default), default_protocol());
+        let adamw = preset_protocol(Preset::Default, InnerOptimizer::Adamw);
+        assert_eq!(adamw, default_protocol());
+        let muon = preset_protocol(Preset::Default, InnerOptimizer::Muon);
+        assert_eq!(muon, RawSettings { outer_lr: 1.0, ..default_protocol() });
         assert!(Preset::Base.step_ms() > Preset::Default.step_ms());
     }
 

@@ -93,7 +93,7 @@ proptest::proptest! {
     fn a_valid_run_stays_valid_on_any_clock(step_ms in 1u64..=3_600_000, preset in 0usize..4) {
         use clap::ValueEnum;
         let preset = crate::train::preset::Preset::value_variants()[preset];
-        let raw = crate::manifest::preset_protocol(preset).paced(step_ms);
+        let raw = crate::manifest::preset_protocol(preset, preset.train_config(0).optimizer).paced(step_ms);
         proptest::prop_assert!(Settings::new(raw.clone()).is_ok(), "{raw:?}");
     }
 }
