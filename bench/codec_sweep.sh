@@ -47,6 +47,8 @@ cells=(
   'top2 1024/4096, feedback decay 0.8, outer lr 1.0|{"encode": {"codec": "top2", "block": 4096, "keep": 1024, "zstd_level": 3, "feedback_decay": 0.8}, "outer_lr": 1.0}'
   'top2 512/4096, feedback decay 0.95, outer lr 1.0|{"encode": {"codec": "top2", "block": 4096, "keep": 512, "zstd_level": 3, "feedback_decay": 0.95}, "outer_lr": 1.0}'
   'top2 512/4096, feedback decay 0.6, outer lr 1.0|{"encode": {"codec": "top2", "block": 4096, "keep": 512, "zstd_level": 3, "feedback_decay": 0.6}, "outer_lr": 1.0}'
+  'top2 128/4096, feedback decay 0.8, outer lr 1.0|{"encode": {"codec": "top2", "block": 4096, "keep": 128, "zstd_level": 3, "feedback_decay": 0.8}, "outer_lr": 1.0}'
+  'top2 256/4096, feedback decay 0.8, outer lr 1.0|{"encode": {"codec": "top2", "block": 4096, "keep": 256, "zstd_level": 3, "feedback_decay": 0.8}, "outer_lr": 1.0}'
 )
 if [[ -n "${CELLS:-}" ]]; then
   mapfile -t picked < <(for i in $CELLS; do echo "${cells[$i]}"; done)

@@ -4,7 +4,8 @@
 # (`contributors` 0) beside sampled contributions (`contributors` C). Writes OUT/table.md.
 # Usage:
 #   bench/swarm_sizes.sh [STEPS]   (SIZES="4 8 16", C=4, MODEL=tiny, MIN_STEP_MS=250,
-#                                   OUT=bench/out/sizes-STEPS)
+#                                   OUT=bench/out/sizes-STEPS, ATOLL=BIN: that binary
+#                                   instead of a release build)
 # Every step takes at least MIN_STEP_MS (`atoll demo --min-step-ms`), so a run has as many
 # rounds whatever the swarm's size and the machine (16 tiny peers on 2 cores: ~75 s each).
 set -euo pipefail
@@ -15,8 +16,8 @@ contributors=${C:-4}
 model=${MODEL:-tiny}
 min_step_ms=${MIN_STEP_MS:-250}
 out=${OUT:-bench/out/sizes-$steps}
-cargo build --quiet --release --bin atoll
-exe=target/release/atoll
+if [[ -z "${ATOLL:-}" ]]; then cargo build --quiet --release --bin atoll; fi
+exe=${ATOLL:-${CARGO_TARGET_DIR:-target}/release/atoll}
 mkdir -p "$out"
 
 for n in $sizes; do
@@ -40,18 +41,23 @@ python3 - "$out" "$steps" "$sizes" "$contributors" <<'PY' | tee "$out/table.md"
 import glob, json, sys
 out, steps, sizes, c = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4]
 print(f"{steps} steps per peer; payload = deltas and states fetched, per peer per fragment round")
-print("| peers | contributors | final val_bpb | agree | rounds | merges/peer | adoptions/peer | state fetches (B/peer) | payload B/peer/round | max sent/peer | wall s |")
-print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("| peers | contributors | final val_bpb | agree | rounds | merges/peer | adoptions/peer | state fetches (B/peer) | payload B/peer/round | sent B/peer/round | gossipsub B/peer/round | max sent/peer | wall s |")
+print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for n in sizes:
     for cc in ("0", c):
         d = f"{out}/p{n}-c{cc}"
         s = json.load(open(f"{d}/summary.json"))
-        t = [json.load(open(f))["training"] for f in sorted(glob.glob(f"{d}/peer-*/status.json"))]
+        st = [json.load(open(f)) for f in sorted(glob.glob(f"{d}/peer-*/status.json"))]
+        t = [x["training"] for x in st]
         avg = lambda f: sum(f(x) for x in t) / len(t)
+        per_round = lambda key: sum(
+            x["protocols"].get(key, {}).get("sent", 0) / max(x["training"]["merges"] + x["training"]["skipped"], 1)
+            for x in st) / len(st)
         rounds = avg(lambda x: x["merges"] + x["skipped"])
         payload = avg(lambda x: x["payload_bytes"]["delta_fetched"] + x["payload_bytes"]["state_fetched"])
         print(f"| {n} | {cc} | {s['mean_final_val_bpb']:.3f} | {'yes' if s['anchors_agree'] else 'no'} "
               f"| {rounds:.0f} | {avg(lambda x: x['merges']):.0f} | {avg(lambda x: x['adopted']):.1f} "
               f"| {avg(lambda x: x['payload_bytes']['state_fetched']):.0f} | {payload / max(rounds, 1):.0f} "
+              f"| {per_round('transport'):.0f} | {per_round('stream/gossipsub'):.0f} "
               f"| {max(p['bytes_sent'] for p in s['peers']) / 2**20:.1f} MiB | {s['wall_s']:.0f} |")
 PY
