@@ -176,6 +176,17 @@ fn gossip(key: &Keypair, net: &NetConfig) -> Result<gossipsub::Behaviour, NetErr
         .validate_messages()
         .heartbeat_interval(Duration::from_millis(700))
         .message_id_fn(message_id)
+        // Every copy of an announcement past the first is bytes: a message reaches each
+        // peer about once per mesh neighbour, so a mesh of 4 (not 6), and an author who
+        // sends to its mesh only (not to every subscribed peer), cut a 16-peer swarm's
+        // gossipsub bytes by half and its bytes sent by a third (bench/RESULTS.md, "Fewer
+        // copies of each announcement"). Lazy gossip (IHAVE to 6 others every heartbeat)
+        // still reaches the peers outside the mesh; swarms of 5 or fewer are unchanged.
+        .mesh_n_low(3)
+        .mesh_n(4)
+        .mesh_n_high(8)
+        .mesh_outbound_min(2)
+        .flood_publish(false)
         .build()
         .map_err(|e| NetError::Config(format!("gossipsub: {e}")))?;
     let mut gossip =
