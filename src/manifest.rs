@@ -57,8 +57,9 @@ pub struct Manifest {
 }
 
 /// Protocol settings of the default run and of `atoll demo` (DESIGN.md §3.4: `P` 4,
-/// `τ` 2, `K` 1, outer lr 0.7; deltas by [`default_encode`]), tuned for the default model
-/// on 2 cores: see ARCHITECTURE.md "The default run".
+/// `τ` 2, `K` 1, outer lr 0.7 — a new run of Muon takes [`outer_lr`]'s instead; deltas by
+/// [`default_encode`]), tuned for the default model on 2 cores: see ARCHITECTURE.md "The
+/// default run".
 pub fn default_protocol() -> RawSettings {
     RawSettings {
         h: 10,
