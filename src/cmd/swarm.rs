@@ -84,15 +84,12 @@ impl RunArgs {
     pub fn open(&self, decay_steps: Option<u64>) -> anyhow::Result<(Corpus, Manifest)> {
         let corpus = super::train::load_corpus(self.data.as_deref())?;
         let preset = self.model.unwrap_or_default();
+        // `--model`, `--activation` and `--optimizer` conflict with `--config`: they shape
+        // a new run only.
         let mut train = preset.train_config(self.seed);
+        train.model.activation = self.activation.unwrap_or(train.model.activation);
         train.optimizer = self.optimizer.unwrap_or(train.optimizer);
-        let mut manifest = manifest(self.config.as_deref(), preset, train, decay_steps, &corpus)?;
-        if let Some(activation) = self.activation {
-            manifest.train.model.activation = activation;
-        }
-        if let Some(optimizer) = self.optimizer {
-            manifest.train.optimizer = optimizer;
-        }
+        let manifest = manifest(self.config.as_deref(), preset, train, decay_steps, &corpus)?;
         Ok((corpus, manifest))
     }
 
