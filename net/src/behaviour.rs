@@ -136,12 +136,15 @@ impl Behaviour {
     }
 }
 
+/// How long a provider record lives. Every peer re-provides a few times within it (the
+/// event loop's discovery schedule), so a short one lets records of dead peers disappear
+/// within minutes instead of two days.
+pub const PROVIDER_RECORD_TTL: Duration = Duration::from_secs(600);
+
 fn kademlia(peer_id: PeerId) -> kad::Behaviour<kad::store::MemoryStore> {
     let mut cfg = kad::Config::new(KAD_PROTOCOL);
     cfg.set_query_timeout(Duration::from_secs(30));
-    // Provider records are re-published by every peer on each discovery tick; a short TTL
-    // lets records of dead peers disappear within minutes instead of two days.
-    cfg.set_provider_record_ttl(Some(Duration::from_secs(600)));
+    cfg.set_provider_record_ttl(Some(PROVIDER_RECORD_TTL));
     // The swarm task bootstraps on its own schedule, once it knows a peer (kad's automatic
     // bootstrap at start only logs "no known peers").
     cfg.set_periodic_bootstrap_interval(None);

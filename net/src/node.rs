@@ -3,6 +3,7 @@
 
 mod dial_failures;
 mod dials;
+mod discovery;
 mod event_loop;
 mod heartbeats;
 mod hygiene;

@@ -34,23 +34,8 @@ use crate::swarmkey;
 
 /// Outbound blob requests in flight at once (over all fetches).
 pub const MAX_OUTBOUND_REQUESTS: usize = 1024;
-/// Re-publish our provider record every this many discovery ticks.
-const PROVIDE_EVERY: u64 = 10;
-/// Run a Kademlia bootstrap (refresh of the routing table) every this many ticks.
-const BOOTSTRAP_EVERY: u64 = 20;
-/// Look the run's providers up every this many ticks once this peer is well connected
-/// (see [`EventLoop::hungry`]); every tick until then.
-const LOOKUP_EVERY: u64 = 10;
-/// Run peers connected below which a peer looks providers up on every tick.
-const WANTED_RUN_PEERS: usize = 8;
 /// How long shutdown waits for connections to close cleanly.
 const CLOSE_GRACE: Duration = Duration::from_millis(500);
-
-/// [`EventLoop::hungry`] at discovery tick `tick`, with `members` run peers connected, the
-/// last one lost at tick `lost`.
-fn hungry(tick: u64, members: usize, lost: u64) -> bool {
-    tick <= LOOKUP_EVERY || members < WANTED_RUN_PEERS || tick.saturating_sub(lost) < LOOKUP_EVERY
-}
 
 pub(crate) struct EventLoop {
     pub(super) swarm: Swarm<Behaviour>,
@@ -75,9 +60,8 @@ pub(crate) struct EventLoop {
     pub(super) provided: bool,
     /// The running provider lookup and when it began.
     pub(super) providers_query: Option<(QueryId, Instant)>,
-    ticks: u64,
-    /// The discovery tick at which a run peer last disconnected.
-    pub(super) member_lost_tick: u64,
+    /// When to re-provide, look up and refresh (see `discovery`).
+    pub(super) schedule: super::discovery::Schedule,
     /// Fault injection: the peers we refuse, re-read from a file (`None` in normal runs).
     block_list: Option<BlockList>,
     /// Strikes, bans and the announcement rate limit.
@@ -137,8 +121,10 @@ impl EventLoop {
             events_dropped: 0,
             provided: false,
             providers_query: None,
-            member_lost_tick: 0,
-            ticks: 0,
+            schedule: super::discovery::Schedule::new(
+                cfg.discovery_interval,
+                crate::behaviour::PROVIDER_RECORD_TTL,
+            ),
             block_list: cfg.block_list.clone().map(BlockList::new),
             hygiene: Hygiene::new(cfg.ban_file.clone()),
             swarm_key: cfg.swarm_key.is_some(),
@@ -279,14 +265,14 @@ impl EventLoop {
     /// One discovery tick: re-provide, look up run peers, refresh the routing table, and
     /// re-dial the bootstrap peers if we have lost every peer.
     pub(super) fn discover(&mut self) {
-        self.ticks += 1;
+        let due = self.schedule.next(self.peers.members.len(), self.provided);
         self.dials.tick();
         self.publish_record(Instant::now());
         self.dial_providers();
         self.ensure_reservations();
         let table = self.routing_table_size();
         if table == 0 {
-            if self.ticks > 1 && self.swarm.network_info().num_peers() == 0 {
+            if self.schedule.tick() > 1 && self.swarm.network_info().num_peers() == 0 {
                 for addr in self.bootstrap.clone() {
                     super::dial_bootstrap(&mut self.swarm, &addr);
                 }
@@ -294,7 +280,7 @@ impl EventLoop {
             return;
         }
         let kad = &mut self.swarm.behaviour_mut().kad;
-        if !self.provided || self.ticks % PROVIDE_EVERY == 0 {
+        if due.provide {
             if let Err(e) = kad.start_providing(self.run_key.clone()) {
                 debug!(error = %e, "cannot store own provider record");
             }
@@ -311,13 +297,12 @@ impl EventLoop {
                 }
             }
         }
-        let hungry = self.hungry();
         let kad = &mut self.swarm.behaviour_mut().kad;
-        if self.providers_query.is_none() && (hungry || self.ticks % LOOKUP_EVERY == 0) {
+        if self.providers_query.is_none() && due.lookup {
             let id = kad.get_providers(self.run_key.clone());
             self.providers_query = Some((id, Instant::now()));
         }
-        if self.ticks % BOOTSTRAP_EVERY == 0 {
+        if due.bootstrap {
             let _ = kad.bootstrap();
         }
     }
@@ -375,20 +360,9 @@ impl EventLoop {
         }
     }
 
-    /// Whether this peer looks the run's providers up on every discovery tick: while it
-    /// starts, holds fewer than [`WANTED_RUN_PEERS`] run peers, or lost one lately (a
-    /// partition, a crash). Otherwise every [`LOOKUP_EVERY`] ticks: each lookup asks every
-    /// peer near the run key, and each answer lists every provider with its addresses, so
-    /// lookups on every tick cost each peer of a swarm of N traffic in N² (16 idle peers:
-    /// 33.8 KB/s each, 16.7 KB/s with lookups spaced; 4 peers: 1.4 KB/s), and the member
-    /// records already name the swarm's peers.
-    fn hungry(&self) -> bool {
-        hungry(self.ticks, self.peers.members.len(), self.member_lost_tick)
-    }
-
     pub(super) fn member_disconnected(&mut self, peer: PeerId) {
         if self.peers.members.remove(&peer) {
-            self.member_lost_tick = self.ticks;
+            self.schedule.lost();
             if self.peers.may_log(peer.to_string(), "left") {
                 info!(peer = %peer, "run peer disconnected");
             }
@@ -408,22 +382,5 @@ impl EventLoop {
 
     pub(super) fn payload(data: &[u8]) -> Bytes {
         Bytes::copy_from_slice(data)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn providers_are_looked_up_every_tick_only_while_a_peer_needs_peers() {
-        // Starting: every tick, however many members.
-        assert!(hungry(1, 20, 0) && hungry(LOOKUP_EVERY, 20, 0));
-        // Well connected and nobody lost lately: every LOOKUP_EVERY ticks only.
-        assert!(!hungry(LOOKUP_EVERY + 1, WANTED_RUN_PEERS, 0));
-        // Few members, or one lost within LOOKUP_EVERY ticks: every tick again.
-        assert!(hungry(100, WANTED_RUN_PEERS - 1, 0));
-        assert!(hungry(100, 20, 100 - LOOKUP_EVERY + 1));
-        assert!(!hungry(100, 20, 100 - LOOKUP_EVERY));
     }
 }

@@ -187,6 +187,11 @@ impl EventLoop {
                 QueryResult::GetProviders(res) => {
                     if let Ok(GetProvidersOk::FoundProviders { providers, .. }) = res {
                         for p in providers {
+                            if p != *self.swarm.local_peer_id()
+                                && !self.peers.known_run.contains(&p)
+                            {
+                                self.schedule.found_new();
+                            }
                             self.learn_provider(p);
                         }
                     }
