@@ -4,6 +4,9 @@
 # its status.json reports `join_ms` (node start → first inner step, after taking the
 # swarm's anchors) and `join_rounds`. Usage:
 #   bench/late_join.sh [default|10m]        (needs target/release/atoll: cargo build --release)
+# OPTIMIZER=adamw|muon trains with that inner optimizer (and its outer rate) instead of the
+# default manifest's (muon): a 10M Muon step takes about 1.5× an AdamW one here (Muon's
+# Newton–Schulz iterations follow the matrices, not the batch); P7's older records are AdamW.
 # KEEP_DIR=DIR keeps the peers' logs and run dirs there; JOINER_LOG sets the joiner's RUST_LOG.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,11 +18,15 @@ trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true' EXIT
 # The default run manifest, written by a peer that exits at once, with the model swapped.
 "$exe" run --run-dir "$dir/probe" --steps 0 --listen /ip4/127.0.0.1/tcp/0 --no-mdns \
   >/dev/null 2>&1 || true
-python3 - "$dir/probe/manifest.json" "$dir/manifest.json" "$model" <<'EOF'
+python3 - "$dir/probe/manifest.json" "$dir/manifest.json" "$model" "${OPTIMIZER:-}" <<'EOF'
 import json, sys, time
 m = json.load(open(sys.argv[1]))
 if sys.argv[3] == "10m":
     m["train"]["model"].update(d_model=384, n_layers=6, n_heads=6, d_ff=1536)
+if sys.argv[4]:
+    # The outer rate a new run of that optimizer gets (`manifest::outer_lr`).
+    m["train"]["optimizer"] = sys.argv[4]
+    m["protocol"]["outer_lr"] = {"adamw": 0.7, "muon": 1.0}[sys.argv[4]]
 m["epoch_unix_ms"] = int(time.time() * 1000)
 json.dump(m, open(sys.argv[2], "w"))
 EOF

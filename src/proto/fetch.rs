@@ -34,6 +34,8 @@ pub(super) struct InFlight {
     /// When the fetch is given up (and cancelled).
     pub(super) deadline: Millis,
     pub(super) max_len: u64,
+    /// The holders this fetch, and the ones it replaced, were given.
+    pub(super) asked: Vec<PeerId>,
 }
 
 /// Most rejected hashes remembered (so a bad payload is not fetched again and again).
@@ -60,8 +62,9 @@ impl Protocol {
         let r = self.settings.raw();
         let deadline =
             now.saturating_add(r.fetch_timeout_ms.saturating_mul(u64::from(r.fetch_attempts)));
+        let asked = holders.clone();
         self.in_flight
-            .insert(hash, InFlight { fragment, kind, announced_at: now, deadline, max_len });
+            .insert(hash, InFlight { fragment, kind, announced_at: now, deadline, max_len, asked });
         self.metrics.fetches += 1;
         out.push(Output::Fetch { hash, holders, max_len, deadline });
         if self.sweep_at.is_none() {
@@ -73,14 +76,54 @@ impl Protocol {
     /// for two periods, a delta as a state. Every holder was tried: a re-announcement of
     /// the same bytes is no news, and an author that announces and never serves would
     /// otherwise hold a fetch (and its announced size of the byte budget) each time.
+    /// A delta that others announced as theirs while it was in flight is first asked of
+    /// them ([`Self::ask_other_claimants`]).
     pub(super) fn give_up(&mut self, hash: ContentHash, now: Millis, out: &mut Vec<Output>) {
         let Some(f) = self.end_fetch(&hash) else { return };
-        self.block(hash, now.saturating_add(2 * self.settings.period_ms()));
         self.metrics.fetch_failures += 1;
+        let Some(f) = self.ask_other_claimants(hash, f, now, out) else { return };
+        self.block(hash, now.saturating_add(2 * self.settings.period_ms()));
         match f.kind {
             Kind::State { .. } => self.lanes[f.fragment].state_fetch = None,
             Kind::Delta { .. } => self.delta_fetch_ended(f.fragment, now, out),
         }
+    }
+
+    /// A delta's fetch asks only its first announcer: a copier that announces an honest
+    /// delta first, as its own, and then never serves it (or serves other bytes) would keep
+    /// the real author's delta out, as the hash is then given up. So a fetch that failed is
+    /// started again from the announcers it did not ask yet, authors with a current credit
+    /// first, until none is left (at most the claim list's length); `None` when it was.
+    fn ask_other_claimants(
+        &mut self,
+        hash: ContentHash,
+        f: InFlight,
+        now: Millis,
+        out: &mut Vec<Output>,
+    ) -> Option<InFlight> {
+        let Kind::Delta { claims } = &f.kind else { return Some(f) };
+        let votes = &self.lanes[f.fragment].votes;
+        let mut untried: Vec<PeerId> = Vec::new();
+        for c in claims {
+            if !f.asked.contains(&c.author) && !untried.contains(&c.author) {
+                untried.push(c.author);
+            }
+        }
+        if untried.is_empty() {
+            return Some(f);
+        }
+        // Stable: announcement order within the credited and the others.
+        untried.sort_by_key(|a| !votes.counts(a));
+        let mut asked = f.asked.clone();
+        asked.extend_from_slice(&untried);
+        let (fragment, kind, max_len) = (f.fragment, f.kind.clone(), f.max_len);
+        self.start_fetch(hash, fragment, kind, untried, max_len, now, out);
+        if let Some(g) = self.in_flight.get_mut(&hash) {
+            g.asked = asked;
+            // The time the delta has been waiting counts from its first announcement.
+            g.announced_at = f.announced_at;
+        }
+        None
     }
 
     /// A delta fetch of fragment `p` ended (arrived or given up): a reconciliation that
