@@ -49,6 +49,10 @@ pub(super) struct Schedule {
     settled_every: u64,
     last_provide: Option<u64>,
     last_bootstrap: u64,
+    /// The latest lookup returned a provider this peer is not connected to (true at start).
+    unconnected: bool,
+    /// The running lookup has so far.
+    seen_unconnected: bool,
 }
 
 impl Schedule {
@@ -64,6 +68,8 @@ impl Schedule {
             settled_every,
             last_provide: None,
             last_bootstrap: 0,
+            unconnected: true,
+            seen_unconnected: false,
         }
     }
 
@@ -94,10 +100,13 @@ impl Schedule {
 
     /// Whether this peer looks the run's providers up on every tick: while its lookups still
     /// find run peers it did not know (at start too), while it holds fewer than
-    /// [`WANTED_RUN_PEERS`] members, or for a while after it lost one.
+    /// [`WANTED_RUN_PEERS`] members and its latest lookup named a provider it is not
+    /// connected to (or it holds none), or for a while after it lost one. A swarm of 8 or
+    /// fewer whose peers are all connected is settled like a larger one.
     pub(super) fn hungry(&self, members: usize) -> bool {
         let t = self.tick;
-        members < WANTED_RUN_PEERS
+        members == 0
+            || (members < WANTED_RUN_PEERS && self.unconnected)
             || t.saturating_sub(self.found) <= AFTER_FINDING
             || self.lost.is_some_and(|l| t.saturating_sub(l) < AFTER_LOSS)
     }
@@ -105,6 +114,21 @@ impl Schedule {
     /// A lookup found a run peer this peer did not know.
     pub(super) fn found_new(&mut self) {
         self.found = self.tick;
+    }
+
+    /// A provider lookup started.
+    pub(super) fn lookup_started(&mut self) {
+        self.seen_unconnected = false;
+    }
+
+    /// The running lookup named a provider this peer is not connected to.
+    pub(super) fn saw_unconnected(&mut self) {
+        self.seen_unconnected = true;
+    }
+
+    /// The running lookup ended.
+    pub(super) fn lookup_ended(&mut self) {
+        self.unconnected = self.seen_unconnected;
     }
 
     /// A member disconnected.
@@ -157,9 +181,18 @@ mod tests {
         let mut s = Schedule::new(TICK, TTL);
         run(&mut s, 30, 20);
         assert!(!s.hungry(20));
-        // Few members: every tick, and re-provides on the short cadence.
+        // Few members while lookups name providers it is not connected to: every tick, and
+        // re-provides on the short cadence.
         let (provides, lookups, bootstraps) = run(&mut s, 40, WANTED_RUN_PEERS - 1);
         assert_eq!((provides, lookups, bootstraps), (4, 40, 2));
+        // A lookup that names only connected peers: a small swarm all connected is settled.
+        s.lookup_started();
+        s.lookup_ended();
+        assert!(!s.hungry(3) && s.hungry(0), "settled with every provider connected");
+        s.lookup_started();
+        s.saw_unconnected();
+        s.lookup_ended();
+        assert!(s.hungry(3) && !s.hungry(WANTED_RUN_PEERS));
         // A member lost: every tick for AFTER_LOSS ticks, then settled again.
         run(&mut s, 100, 20);
         s.lost();

@@ -301,6 +301,7 @@ impl EventLoop {
         if self.providers_query.is_none() && due.lookup {
             let id = kad.get_providers(self.run_key.clone());
             self.providers_query = Some((id, Instant::now()));
+            self.schedule.lookup_started();
         }
         if due.bootstrap {
             let _ = kad.bootstrap();

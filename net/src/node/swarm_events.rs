@@ -187,10 +187,17 @@ impl EventLoop {
                 QueryResult::GetProviders(res) => {
                     if let Ok(GetProvidersOk::FoundProviders { providers, .. }) = res {
                         for p in providers {
-                            if p != *self.swarm.local_peer_id()
-                                && !self.peers.known_run.contains(&p)
-                            {
+                            if p == *self.swarm.local_peer_id() {
+                                continue;
+                            }
+                            if !self.peers.known_run.contains(&p) {
                                 self.schedule.found_new();
+                            }
+                            // One this peer would dial (not banned, allowed in the run).
+                            let dialable = !self.hygiene.is_banned(&p)
+                                && self.allow.as_ref().is_none_or(|a| a.contains(&p));
+                            if dialable && !self.swarm.is_connected(&p) {
+                                self.schedule.saw_unconnected();
                             }
                             self.learn_provider(p);
                         }
@@ -217,6 +224,7 @@ impl EventLoop {
     fn end_providers_query(&mut self, id: kad::QueryId) {
         if self.providers_query.is_some_and(|(q, _)| q == id) {
             self.providers_query = None;
+            self.schedule.lookup_ended();
         }
     }
 
