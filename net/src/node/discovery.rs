@@ -7,8 +7,9 @@
 //! traffic in N² (16 peers: a fifth of a peer's bytes with all three on a fixed cadence).
 //! Member records gossiped in the run already name its peers; Kademlia is the way in for a
 //! newcomer and the way back after a partition. So a peer works the DHT hard only while it
-//! needs peers — it starts and its lookups still find new run peers, it holds few members,
-//! or it lost one lately — and otherwise at a slow, bounded cadence.
+//! needs peers — it starts and its lookups still find new run peers, it holds few members
+//! and knows of providers it is not connected to, or it lost one lately — and otherwise at
+//! a slow, bounded cadence.
 
 use std::time::Duration;
 
@@ -18,7 +19,8 @@ pub(super) const LOOKUP_EVERY: u64 = 10;
 /// peers (a settled peer: [`Schedule::settled_every`]; whichever is shorter).
 pub(super) const PROVIDE_EVERY: u64 = 10;
 const BOOTSTRAP_EVERY: u64 = 20;
-/// Run peers connected below which a peer looks providers up on every tick.
+/// Run peers connected below which a peer looks providers up on every tick, while its
+/// lookups name providers it is not connected to.
 pub(super) const WANTED_RUN_PEERS: usize = 8;
 /// Ticks of lookups on every tick after a member was lost (a crash, a partition).
 const AFTER_LOSS: u64 = 10;
@@ -51,7 +53,7 @@ pub(super) struct Schedule {
     last_bootstrap: u64,
     /// The latest lookup returned a provider this peer is not connected to (true at start).
     unconnected: bool,
-    /// The running lookup has so far.
+    /// Whether the running lookup has named such a provider so far.
     seen_unconnected: bool,
 }
 

@@ -295,6 +295,7 @@ impl EventLoop {
                 if let Some(mut q) = kad.query_mut(&id) {
                     q.finish();
                 }
+                self.schedule.lookup_ended();
             }
         }
         let kad = &mut self.swarm.behaviour_mut().kad;
