@@ -34,8 +34,9 @@ pub(super) struct InFlight {
     /// When the fetch is given up (and cancelled).
     pub(super) deadline: Millis,
     pub(super) max_len: u64,
-    /// The holders this fetch, and the ones it replaced, were given.
-    pub(super) asked: Vec<PeerId>,
+    /// How many of a delta's claims (in announcement order) this fetch, and the ones it
+    /// replaced, asked: the first announcer at first, every claim listed at a retry.
+    pub(super) asked: usize,
 }
 
 /// Most rejected hashes remembered (so a bad payload is not fetched again and again).
@@ -62,7 +63,10 @@ impl Protocol {
         let r = self.settings.raw();
         let deadline =
             now.saturating_add(r.fetch_timeout_ms.saturating_mul(u64::from(r.fetch_attempts)));
-        let asked = holders.clone();
+        let asked = match &kind {
+            Kind::Delta { claims } => claims.len(),
+            Kind::State { .. } => 0,
+        };
         self.in_flight
             .insert(hash, InFlight { fragment, kind, announced_at: now, deadline, max_len, asked });
         self.metrics.fetches += 1;
@@ -103,9 +107,10 @@ impl Protocol {
     ) -> Option<InFlight> {
         let Kind::Delta { claims } = &f.kind else { return Some(f) };
         let votes = &self.lanes[f.fragment].votes;
+        let (asked, fresh) = claims.split_at(f.asked.min(claims.len()));
         let mut untried: Vec<PeerId> = Vec::new();
-        for c in claims {
-            if !f.asked.contains(&c.author) && !untried.contains(&c.author) {
+        for c in fresh {
+            if !asked.iter().any(|a| a.author == c.author) && !untried.contains(&c.author) {
                 untried.push(c.author);
             }
         }
@@ -114,12 +119,9 @@ impl Protocol {
         }
         // Stable: announcement order within the credited and the others.
         untried.sort_by_key(|a| !votes.counts(a));
-        let mut asked = f.asked.clone();
-        asked.extend_from_slice(&untried);
         let (fragment, kind, max_len) = (f.fragment, f.kind.clone(), f.max_len);
         self.start_fetch(hash, fragment, kind, untried, max_len, now, out);
         if let Some(g) = self.in_flight.get_mut(&hash) {
-            g.asked = asked;
             // The time the delta has been waiting counts from its first announcement.
             g.announced_at = f.announced_at;
         }
