@@ -368,3 +368,56 @@ fn check_rounds(dom: &str, latest: &TrainingStatus) {
         }
     }
 }
+
+/// The page names the peers this one refused, struck or banned: banned first, then by
+/// standing strikes, then by refusals, each once. The figures are set on a board served
+/// by the peer's own HTTP server (a swarm of honest peers has none to show).
+#[test]
+fn the_status_page_names_suspect_peers_in_chromium() {
+    let Some(chromium) = chromium() else { return };
+    let tmp = common::test_dir("web-suspects-");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let board = atoll::web::Board::new();
+    let mut stats =
+        atoll_net::NetStats { peer_id: "12D3KooWself".into(), banned: 3, ..Default::default() };
+    stats.struck = vec![
+        atoll_net::StruckPeer { peer: "12D3KooWlow".into(), strikes: 1.5 },
+        atoll_net::StruckPeer { peer: "12D3KooWhigh".into(), strikes: 6.25 },
+    ];
+    stats.recent_bans = vec![atoll_net::BannedPeer {
+        peer: "12D3KooWgone".into(),
+        reason: "unserved".into(),
+        at_secs: 42,
+    }];
+    let mut t = TrainingStatus { step: 5, round: vec![1], ..Default::default() };
+    // Refused and struck: one row, its refusals and strikes side by side.
+    t.refused_from =
+        [("12D3KooWlow", 9), ("12D3KooWquiet", 2)].map(|(p, n)| (p.to_owned(), n)).into();
+    t.anchor_hashes = vec!["0".repeat(64)];
+    board.set_status(true, stats, Some(t));
+    let opts = atoll::web::WebOptions { http: Some("127.0.0.1:0".parse().unwrap()), metrics: None };
+    let servers = rt.block_on(atoll::web::start(opts, &board)).unwrap();
+    let url = format!("http://{}/", servers.endpoints.http_addr.clone().unwrap());
+    let dom = dump_dom(&chromium, tmp.path(), &url, Duration::from_secs(2));
+    rt.block_on(servers.shutdown());
+
+    assert_eq!(num::<u64>(&dom, "atoll", "data-suspects"), 4, "{dom}");
+    let order: Vec<usize> = ["12D3KooWgone", "12D3KooWhigh", "12D3KooWlow", "12D3KooWquiet"]
+        .iter()
+        .map(|p| dom.find(&format!("data-peer=\"{p}\"")).unwrap_or_else(|| panic!("no {p}")))
+        .collect();
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "rows out of order: {order:?}");
+    let of = |p: &str, name: &str| attr_of(&dom, &format!("data-peer=\"{p}\""), name).unwrap();
+    assert_eq!(of("12D3KooWgone", "data-banned"), "unserved");
+    assert_eq!(of("12D3KooWhigh", "data-strikes"), "6.25");
+    assert_eq!(
+        (of("12D3KooWlow", "data-refused"), of("12D3KooWlow", "data-strikes")),
+        ("9".into(), "1.5".into())
+    );
+    assert_eq!(
+        (of("12D3KooWquiet", "data-refused"), of("12D3KooWquiet", "data-banned")),
+        ("2".into(), String::new())
+    );
+    assert!(dom.contains("unserved at 42 s"), "the ban's reason and time are shown");
+    assert!(dom.contains("3 banned in all"), "{dom}");
+}

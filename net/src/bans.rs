@@ -27,6 +27,9 @@ pub const STRIKE_DECAY: Duration = Duration::from_secs(600);
 pub const MAX_STRIKES: usize = 4096;
 /// Most peers banned; beyond it a peer is not banned but still graylisted by its score.
 pub const MAX_BANS: usize = 4096;
+/// Most peers named in [`crate::NetStats`] by their standing strikes, and most recent bans
+/// named there: what an operator reads on the status page, not a record.
+pub const SHOWN_PEERS: usize = 8;
 /// Largest ban file read (about 5000 peer ids): the same bound as the block list.
 pub use crate::fault::MAX_FILE_BYTES;
 
@@ -120,6 +123,20 @@ impl Strikes {
         self.map.get(peer).map_or(0.0, |(s, at)| faded(*s, *at, now))
     }
 
+    /// The `n` peers with the most standing strikes at `now`, most first (ties: the
+    /// smallest id); peers whose strikes have faded are left out.
+    pub fn most(&self, n: usize, now: Instant) -> Vec<(PeerId, f64)> {
+        let mut v: Vec<(PeerId, f64)> = self
+            .map
+            .iter()
+            .map(|(p, (s, at))| (*p, faded(*s, *at, now)))
+            .filter(|(_, s)| *s > 0.0)
+            .collect();
+        v.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        v.truncate(n);
+        v
+    }
+
     /// Forgets a peer (once banned, its strikes no longer matter).
     pub fn remove(&mut self, peer: &PeerId) {
         self.map.remove(peer);
@@ -176,6 +193,20 @@ mod tests {
         assert_eq!(s.get(&p, t0 + STRIKE_DECAY * 2), 5.0);
         assert_eq!(s.add(p, 1.0, t0 + STRIKE_DECAY * 2), 6.0);
         assert_eq!(s.get(&p, t0 + STRIKE_DECAY * 20), 0.0);
+    }
+
+    #[test]
+    fn the_most_struck_come_first_and_faded_ones_are_left_out() {
+        let mut s = Strikes::default();
+        let t0 = Instant::now();
+        let (a, b, c) = (PeerId::random(), PeerId::random(), PeerId::random());
+        s.add(a, 1.0, t0);
+        s.add(b, 3.0, t0);
+        s.add(c, 2.0, t0);
+        assert_eq!(s.most(2, t0), vec![(b, 3.0), (c, 2.0)]);
+        // After 1.5 decays, a has faded and the others have 1.5 and 0.5 left.
+        let later = t0 + STRIKE_DECAY * 3 / 2;
+        assert_eq!(s.most(8, later), vec![(b, 1.5), (c, 0.5)]);
     }
 
     #[test]

@@ -174,6 +174,14 @@ pub struct NetStats {
     /// and announcements net itself rejected.
     #[serde(default)]
     pub strikes: BTreeMap<String, u64>,
+    /// The peers with the most standing strikes (not banned), most first: who misbehaves
+    /// now, by id (at most [`crate::bans::SHOWN_PEERS`]).
+    #[serde(default)]
+    pub struck: Vec<StruckPeer>,
+    /// The latest peers banned in this run, newest last, each with the reason of the strike
+    /// that banned it (at most [`crate::bans::SHOWN_PEERS`]; `banned` counts them all).
+    #[serde(default)]
+    pub recent_bans: Vec<BannedPeer>,
     /// Log lines about remote peers left out by the per-(peer, reason) throttle.
     #[serde(default)]
     pub log_suppressed: u64,
@@ -212,6 +220,25 @@ pub struct NetStats {
     /// one tried, and why each attempt failed.
     #[serde(default)]
     pub dial_failures: Vec<DialFailure>,
+}
+
+/// A peer with standing strikes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StruckPeer {
+    pub peer: String,
+    /// Standing strikes (they fade by one per [`crate::bans::STRIKE_DECAY`]; a peer is
+    /// banned at [`crate::bans::BAN_STRIKES`]).
+    pub strikes: f64,
+}
+
+/// A peer banned in this run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BannedPeer {
+    pub peer: String,
+    /// The reason of the strike that banned it (`bad_delta`, `unserved`, `malformed`, ...).
+    pub reason: String,
+    /// When, in seconds since the node started.
+    pub at_secs: u64,
 }
 
 /// One address a dial tried, and why it failed.

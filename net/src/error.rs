@@ -83,10 +83,11 @@ pub enum StoreError {
 pub enum FetchError {
     #[error("blob {hash} has {size} bytes, more than the {limit} bytes asked for")]
     TooLarge { hash: BlobHash, size: u64, limit: u64 },
-    /// `denied`: the sources that answered that they do not hold the blob (the others
-    /// failed, timed out or were busy).
-    #[error("no peer could serve the chunk list of blob {hash} ({} said they do not hold it)", denied.len())]
-    NoChunkList { hash: BlobHash, denied: Vec<PeerId> },
+    /// `denied`: the sources that answered that they do not hold the blob; `silent`: the
+    /// ones that did not answer at all while they were asked (the others failed or were
+    /// busy).
+    #[error("no peer could serve the chunk list of blob {hash} ({} said they do not hold it, {} did not answer)", denied.len(), silent.len())]
+    NoChunkList { hash: BlobHash, denied: Vec<PeerId>, silent: Vec<PeerId> },
     /// `denied`: the sources that answered that they do not hold the blob, or a chunk of it.
     #[error("all sources failed for blob {hash}: {done} of {total} chunks fetched")]
     SourcesExhausted { hash: BlobHash, done: usize, total: usize, denied: Vec<PeerId> },
@@ -101,6 +102,15 @@ impl FetchError {
         match self {
             FetchError::NoChunkList { denied, .. }
             | FetchError::SourcesExhausted { denied, .. } => denied,
+            _ => &[],
+        }
+    }
+
+    /// The sources that were asked for the blob and gave no answer in the time a holder
+    /// takes (a stall, a paused process, or a capped uploader's queue: not proof).
+    pub fn silent(&self) -> &[PeerId] {
+        match self {
+            FetchError::NoChunkList { silent, .. } => silent,
             _ => &[],
         }
     }

@@ -11,14 +11,15 @@
 //! one machine cannot take a fresh address per connection); a network is an IPv4 /24 or
 //! an IPv6 /48. Outbound connections are ours to choose and are not counted.
 //!
-//! Half of the pending slots are kept for networks with no handshake in progress: once
-//! half of them are taken, a network that has one gets no more until the count falls
-//! back. A silent socket holds a pending slot for up to the upgrade timeout (10 s), and a
-//! reconnect flood takes every freed slot again within a millisecond: without the reserve,
-//! 16 addresses in 16 /24s (8 addresses in two would do) kept a newcomer out for 20 s and
-//! more (`tests/swarm/accept_flood.rs`). With it, no more than half the table is held plus
-//! one slot per network that holds any: filling the 64 slots takes 32 networks, and 16
-//! addresses leave 16 free.
+//! Half of the pending slots are kept for regions with no handshake in progress (a region:
+//! an IPv4 /16, an IPv6 /32, an ISP's allocation): once half of them are taken, a region
+//! that has one gets no more until the count falls back. A silent socket holds a pending
+//! slot for up to the upgrade timeout (10 s), and a reconnect flood takes every freed slot
+//! again within a millisecond: without the reserve, 16 addresses in 16 /24s (8 addresses in
+//! two would do) kept a newcomer out for 20 s and more (`tests/swarm/accept_flood.rs`).
+//! With it, no more than half the table is held plus one slot per region that holds any:
+//! filling the 64 slots takes 32 regions. The reserve once counted networks (/24, /48):
+//! then one IPv6 /43, 32 /48s, filled the table; a /32 is what a registry hands an ISP.
 //!
 //! Loopback is exempt when asked ([`crate::NetConfig::exempt_loopback`], the default):
 //! local swarms and tests run many peers on 127.0.0.1. Denials surface as
@@ -61,28 +62,31 @@ pub struct IpLimitExceeded {
     pub scope: &'static str,
 }
 
-/// Where a connection comes from, at the two granularities that are capped.
+/// Where a connection comes from, at the two granularities that are capped and the one
+/// the pending reserve counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Source {
     ip: IpAddr,
     host: IpAddr,
     net: IpAddr,
+    region: IpAddr,
 }
 
 impl Source {
     fn of(ip: IpAddr) -> Self {
-        let (host, net) = match ip {
+        let (host, net, region) = match ip {
             IpAddr::V4(v4) => {
-                let net = u32::from(v4) & 0xffff_ff00;
-                (ip, IpAddr::V4(Ipv4Addr::from(net)))
+                let bits = u32::from(v4);
+                let mask = |len: u32| IpAddr::V4(Ipv4Addr::from(bits & (u32::MAX << (32 - len))));
+                (ip, mask(24), mask(16))
             }
             IpAddr::V6(v6) => {
                 let bits = u128::from(v6);
                 let mask = |len: u32| IpAddr::V6(Ipv6Addr::from(bits & (u128::MAX << (128 - len))));
-                (mask(64), mask(48))
+                (mask(64), mask(48), mask(32))
             }
         };
-        Source { ip, host, net }
+        Source { ip, host, net, region }
     }
 }
 
@@ -101,6 +105,8 @@ pub struct IpLimits {
     /// Connections per host and per network, pending and established, for O(1) checks.
     hosts: Counts,
     nets: Counts,
+    /// Pending connections per region (what the reserve counts).
+    regions: HashMap<IpAddr, u32>,
 }
 
 impl IpLimits {
@@ -114,6 +120,7 @@ impl IpLimits {
             established: HashMap::new(),
             hosts: HashMap::new(),
             nets: HashMap::new(),
+            regions: HashMap::new(),
         }
     }
 
@@ -148,15 +155,19 @@ impl IpLimits {
             }
         }
         let reserved = self.pending.len() as u32 >= self.max_pending / PENDING_RESERVE_DIVISOR;
-        let net_pending = self.nets.get(&src.net).map_or(0, |c| c.0);
-        if !established && reserved && net_pending > 0 {
-            let scope = "network while half the pending slots are taken";
-            return Err(IpLimitExceeded { ip: src.ip, count: net_pending, limit: 1, what, scope });
+        let region_pending = self.regions.get(&src.region).copied().unwrap_or(0);
+        if !established && reserved && region_pending > 0 {
+            let scope = "region (IPv4 /16, IPv6 /32) while half the pending slots are taken";
+            let count = region_pending;
+            return Err(IpLimitExceeded { ip: src.ip, count, limit: 1, what, scope });
         }
         for (counts, key) in [(&mut self.hosts, src.host), (&mut self.nets, src.net)] {
             let c = counts.entry(key).or_default();
             let n = if established { &mut c.1 } else { &mut c.0 };
             *n += 1;
+        }
+        if !established {
+            *self.regions.entry(src.region).or_default() += 1;
         }
         Ok(())
     }
@@ -164,6 +175,14 @@ impl IpLimits {
     fn release(&mut self, id: ConnectionId) {
         for (map, established) in [(&mut self.pending, false), (&mut self.established, true)] {
             let Some(src) = map.remove(&id) else { continue };
+            if !established {
+                if let Some(n) = self.regions.get_mut(&src.region) {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        self.regions.remove(&src.region);
+                    }
+                }
+            }
             for (counts, key) in [(&mut self.hosts, src.host), (&mut self.nets, src.net)] {
                 if let Some(c) = counts.get_mut(&key) {
                     let n = if established { &mut c.1 } else { &mut c.0 };
@@ -297,24 +316,40 @@ mod tests {
         assert_eq!(admitted(&mut l, &one_48), 2 * NET_FACTOR as usize - 2, "per /48");
     }
 
-    /// Once half the pending slots are taken, only networks with nothing pending get one:
-    /// 16 hosts in 16 /24s hold at most 32 of 64, and a newcomer's network still gets in.
+    /// Once half the pending slots are taken, only regions with nothing pending get one:
+    /// 16 hosts in 16 /24s hold at most 32 of 64, and a newcomer's region still gets in.
     #[test]
-    fn half_the_pending_slots_are_kept_for_networks_with_nothing_pending() {
+    fn half_the_pending_slots_are_kept_for_regions_with_nothing_pending() {
         let mut l = IpLimits::new(8, false, 64);
         let flood: Vec<Multiaddr> =
-            (0..20).flat_map(|_| (2..18).map(|n| addr(&format!("10.0.{n}.10")))).collect();
-        assert_eq!(admitted(&mut l, &flood), 32, "16 networks take half the table");
-        let newcomer = addr("10.9.9.9");
-        assert_eq!(admitted(&mut l, &[newcomer.clone(), newcomer]), 1, "one per fresh network");
-        assert_eq!(admitted(&mut l, &[addr("10.9.10.1"), addr("10.9.10.2")]), 1);
+            (0..20).flat_map(|_| (2..18).map(|n| addr(&format!("10.{n}.0.10")))).collect();
+        assert_eq!(admitted(&mut l, &flood), 32, "16 regions take half the table");
+        let newcomer = addr("10.99.9.9");
+        assert_eq!(admitted(&mut l, &[newcomer.clone(), newcomer]), 1, "one per fresh region");
+        assert_eq!(admitted(&mut l, &[addr("10.100.10.1"), addr("10.100.11.2")]), 1);
         // Below half again (34 - 10), a network takes more than one, up to half.
         let ids: Vec<ConnectionId> = l.pending.keys().copied().take(10).collect();
         for id in ids {
             l.release(id);
         }
-        let one_24: Vec<Multiaddr> = (100..120).map(|i| addr(&format!("10.0.2.{i}"))).collect();
+        let one_24: Vec<Multiaddr> = (100..120).map(|i| addr(&format!("10.2.0.{i}"))).collect();
         assert_eq!(admitted(&mut l, &one_24), 8);
+        assert_eq!(l.regions.values().sum::<u32>() as usize, l.pending.len(), "counted once each");
+    }
+
+    /// The reserve counts IPv6 /32s: one /43's 32 /48s (or a /24's worth of IPv4 /24s,
+    /// all in one /16) take half the pending slots plus one, not the whole table.
+    #[test]
+    fn many_networks_of_one_region_do_not_fill_the_pending_slots() {
+        let mut l = IpLimits::new(8, false, 64);
+        let one_43: Vec<Multiaddr> = (0..20)
+            .flat_map(|_| (0..32).map(|n| addr6(&format!("2001:db8:{:x}::{n:x}", n))))
+            .collect();
+        assert_eq!(admitted(&mut l, &one_43), 32, "one region: half the table");
+        let one_16: Vec<Multiaddr> =
+            (0..4).flat_map(|_| (0..64).map(|n| addr(&format!("10.7.{n}.1")))).collect();
+        assert_eq!(admitted(&mut l, &one_16), 1, "another region: one slot");
+        assert_eq!(admitted(&mut l, &[addr6("2001:db9::1")]), 1, "a newcomer still gets in");
     }
 
     #[test]

@@ -69,7 +69,8 @@ pub use blob::{BlobHash, ChunkList, CHUNK_SIZE};
 pub use client::{NetClient, NetEvent};
 pub use config::{NetConfig, DEFAULT_RUN_NAME};
 pub use counters::{
-    ByteCount, DialFailure, LinkKind, NetStats, PeerLink, Reachability, RejectReason, RelayStats,
+    BannedPeer, ByteCount, DialFailure, LinkKind, NetStats, PeerLink, Reachability, RejectReason,
+    RelayStats, StruckPeer,
 };
 pub use error::{AnnounceError, FetchError, IdentityError, NetError, StoreError};
 pub use libp2p::identity::Keypair;

@@ -147,6 +147,7 @@ fn human(s: &StatusFile) -> String {
         let r: Vec<String> = st.rejects.iter().map(|(k, v)| format!("{k} {v}")).collect();
         out += &format!("rejects  {} (penalised peers: {})\n", r.join(", "), st.penalised);
     }
+    out += &suspects(st);
     if let Some(t) = &s.training {
         let target = t.target_step.map_or(String::new(), |n| format!("/{n}"));
         let bpb = t.val_bpb.map_or("-".into(), |v| format!("{v:.3}"));
@@ -189,6 +190,28 @@ fn wire(st: &atoll_net::NetStats) -> String {
         .map(|(k, c)| format!("{k} {} / {}", bytes(c.sent), bytes(c.received)))
         .collect();
     format!("wire     {} (sent / received)\n", parts.join(", "))
+}
+
+/// The peers with standing strikes and the latest bans, by id; empty when there are none.
+fn suspects(st: &atoll_net::NetStats) -> String {
+    let mut out = String::new();
+    if !st.struck.is_empty() {
+        let s: Vec<String> =
+            st.struck.iter().map(|p| format!("{} ({:.1})", p.peer, p.strikes)).collect();
+        out += &format!("strikes  {}\n", s.join(", "));
+    }
+    if st.banned > 0 {
+        let b: Vec<String> = st
+            .recent_bans
+            .iter()
+            .rev()
+            .map(|b| format!("{} ({} at {} s)", b.peer, b.reason, b.at_secs))
+            .collect();
+        let latest =
+            if b.is_empty() { String::new() } else { format!(", latest {}", b.join(", ")) };
+        out += &format!("banned   {} peers{latest}\n", st.banned);
+    }
+    out
 }
 
 /// What the peer refused, by cause, and the peers most refusals were owed to; empty when
@@ -255,6 +278,28 @@ mod tests {
             ["gossipsub", "blob", "kad"].iter().map(|k| line.find(k).unwrap()).collect();
         assert!(order.windows(2).all(|w| w[0] < w[1]), "{line}");
         assert!(!line.contains("transport"), "{line}");
+    }
+
+    #[test]
+    fn struck_and_banned_peers_are_named() {
+        let mut s = status(vec![1]);
+        let text = human(&s);
+        assert!(!text.contains("strikes") && !text.contains("banned"), "{text}");
+        s.stats.struck = vec![atoll_net::StruckPeer { peer: "12D3KooWs".into(), strikes: 2.5 }];
+        s.stats.banned = 3;
+        s.stats.recent_bans = ["12D3KooWa", "12D3KooWb"]
+            .map(|p| atoll_net::BannedPeer {
+                peer: p.into(),
+                reason: "unserved".into(),
+                at_secs: 9,
+            })
+            .into();
+        let text = human(&s);
+        assert!(text.contains("strikes  12D3KooWs (2.5)\n"), "{text}");
+        assert!(
+            text.contains("banned   3 peers, latest 12D3KooWb (unserved at 9 s), 12D3KooWa"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -174,18 +174,16 @@ impl<N: super::Network> Loop<N> {
                 }
                 Ok(Err(e)) => {
                     tracing::debug!(error = %e, "fetch failed");
-                    let denied = match &e {
-                        atoll_net::NetError::Fetch(f) => f.denied(),
-                        _ => &[],
+                    let (denied, silent) = match &e {
+                        atoll_net::NetError::Fetch(f) => (f.denied(), f.silent()),
+                        _ => (&[][..], &[][..]),
                     };
-                    let denied = named
-                        .iter()
-                        .filter(|(_, p)| denied.contains(p))
-                        .map(|(id, _)| *id)
-                        .collect();
-                    Event::FetchFailed { from, hash, denied }
+                    let ours = |of: &[atoll_net::PeerId]| -> Vec<PeerId> {
+                        named.iter().filter(|(_, p)| of.contains(p)).map(|(id, _)| *id).collect()
+                    };
+                    Event::FetchFailed { from, hash, denied: ours(denied), silent: ours(silent) }
                 }
-                Err(_) => Event::FetchFailed { from, hash, denied: Vec::new() },
+                Err(_) => Event::FetchFailed { from, hash, denied: Vec::new(), silent: Vec::new() },
             }
         });
     }

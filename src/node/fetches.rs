@@ -88,7 +88,7 @@ mod tests {
     use std::time::Duration;
 
     fn failed(hash: ContentHash) -> Event {
-        Event::FetchFailed { from: PeerId(1), hash, denied: Vec::new() }
+        Event::FetchFailed { from: PeerId(1), hash, denied: Vec::new(), silent: Vec::new() }
     }
 
     #[tokio::test]

@@ -245,7 +245,7 @@ impl Network for MemNet {
                 .filter(|p| hub.members.get(p).is_some_and(|m| m.island == island))
                 .copied()
                 .collect();
-            return Err(FetchError::NoChunkList { hash, denied }.into());
+            return Err(FetchError::NoChunkList { hash, denied, silent: Vec::new() }.into());
         };
         if data.len() as u64 > max_len {
             let size = data.len() as u64;

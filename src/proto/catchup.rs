@@ -224,13 +224,17 @@ impl Protocol {
         match lane.evidence(&state, hash, &self.settings, &self.limits) {
             Evidence::Verified => {}
             Evidence::Forged(detail) => {
-                // Its voters vouched for a forgery: their votes stop counting here.
-                for voter in lane.votes.holders(voted_round, hash) {
-                    lane.votes.discredit(voter);
+                // Its voters vouched for a forgery: their votes stop counting here, and each
+                // is named among the refused.
+                let mut voters = lane.votes.holders(voted_round, hash);
+                if !voters.contains(&from) {
+                    voters.push(from);
                 }
-                lane.votes.discredit(from);
+                for voter in voters.into_iter().filter(|&v| v != self.me) {
+                    lane.votes.discredit(voter);
+                    self.metrics.refused(voter);
+                }
                 self.metrics.forged_states += 1;
-                self.metrics.refused(from);
                 return self.reject(from, hash, Offence::ForgedState, detail, out);
             }
             // Nothing to check it against, and no lineage of our own to weigh it against

@@ -153,8 +153,8 @@ impl Protocol {
             Event::Fetched { from, hash, bytes } => {
                 self.on_fetched(from, hash, bytes, now, &mut out)
             }
-            Event::FetchFailed { from, hash, denied } => {
-                self.on_fetch_failed(from, hash, &denied, now, &mut out)
+            Event::FetchFailed { from, hash, denied, silent } => {
+                self.on_fetch_failed(from, hash, &denied, &silent, now, &mut out)
             }
         }
         out

@@ -39,6 +39,10 @@ pub(super) struct InFlight {
     pub(super) asked: usize,
 }
 
+/// Most silent holders of one failed fetch counted (the executor asks at most 8 named
+/// holders and some connected peers beside them).
+const MAX_NAMED_SILENT: usize = 8;
+
 /// Most rejected hashes remembered (so a bad payload is not fetched again and again).
 const MAX_REJECTED: usize = 4096;
 
@@ -139,12 +143,14 @@ impl Protocol {
     /// No holder delivered `hash`. An author that signed an announcement of a delta and
     /// then answers that it does not hold it stalls every fetcher at no cost to itself: it
     /// is reported ([`Offence::Unserved`]; strikes add up to a ban). A holder that did not
-    /// answer at all may be gone or paused, and only has the refusal counted against it.
+    /// answer at all (`silent`) has the refusal counted against it by name, and is not
+    /// struck: a paused process or an uploader whose cap queues its answers is silent too.
     pub(super) fn on_fetch_failed(
         &mut self,
         from: PeerId,
         hash: ContentHash,
         denied: &[PeerId],
+        silent: &[PeerId],
         now: Millis,
         out: &mut Vec<Output>,
     ) {
@@ -155,7 +161,13 @@ impl Protocol {
             }
             Kind::State { .. } => Vec::new(),
         };
-        if deniers.is_empty() {
+        let mut named = 0;
+        for &holder in silent.iter().filter(|h| !deniers.contains(h)).take(MAX_NAMED_SILENT) {
+            self.metrics.silent_holders += 1;
+            self.metrics.refused(holder);
+            named += 1;
+        }
+        if deniers.is_empty() && named == 0 {
             self.metrics.refused(from);
         }
         for author in deniers {

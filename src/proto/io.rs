@@ -50,11 +50,13 @@ pub enum Event {
     },
     /// A fetch failed: no holder delivered it (gone, refused, too large, too slow). The
     /// core does not retry: the executor already tried every holder it was given.
-    /// `denied`: the holders that answered that they do not hold it.
+    /// `denied`: the holders that answered that they do not hold it; `silent`: the ones
+    /// that did not answer at all in the time a holder takes.
     FetchFailed {
         from: PeerId,
         hash: ContentHash,
         denied: Vec<PeerId>,
+        silent: Vec<PeerId>,
     },
 }
 
@@ -261,6 +263,8 @@ pub struct Metrics {
     pub resurrected: u64,
     pub fetches: u64,
     pub fetch_failures: u64,
+    /// Holders of failed fetches that did not answer at all (each one counted).
+    pub silent_holders: u64,
     /// Bytes of fetched payloads that checked out against their hash, by kind.
     pub fetched_delta_bytes: u64,
     pub fetched_state_bytes: u64,
@@ -311,10 +315,12 @@ impl Metrics {
     /// What this peer did not take, by cause, for operators (`status.json`, `/metrics`,
     /// the status page): none of these is provable misconduct, but a stalling or flooding
     /// peer shows here first.
-    pub fn refusals(&self) -> [(&'static str, u64); 7] {
+    pub fn refusals(&self) -> [(&'static str, u64); 8] {
         [
             // Announced payloads that no holder served in time (a stall, or a lost peer).
             ("fetch_failed", self.fetch_failures),
+            // Holders of those that did not answer at all (a silent stall, a paused peer).
+            ("silent", self.silent_holders),
             // Announcements dropped because the held-bytes budget or a queue was full.
             ("budget_full", self.refused_full),
             // Fetched states that recomputing from their parent refuted.

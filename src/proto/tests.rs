@@ -237,7 +237,10 @@ fn a_state_nobody_can_serve_is_not_chased_round_after_round() {
     // Every attempt fails (the holder is stopped); after the last one it is given up.
     let mut t = 5_600;
     for _ in 0..10 {
-        p.handle(Event::FetchFailed { from: PeerId(9), hash: x, denied: vec![] }, t);
+        p.handle(
+            Event::FetchFailed { from: PeerId(9), hash: x, denied: vec![], silent: vec![] },
+            t,
+        );
         t += 100;
     }
     // The same vote again within two periods: not chased.
@@ -323,7 +326,10 @@ fn a_delta_given_up_is_not_fetched_again_when_re_announced() {
     };
     assert_eq!(announce(&mut p, 1_000), 1);
     assert_eq!(announce(&mut p, 1_100), 0, "fetched twice at once");
-    p.handle(Event::FetchFailed { from: PeerId(7), hash: c.hash, denied: vec![] }, 1_500);
+    p.handle(
+        Event::FetchFailed { from: PeerId(7), hash: c.hash, denied: vec![], silent: vec![] },
+        1_500,
+    );
     for at in [1_600, 1_800] {
         assert_eq!(announce(&mut p, at), 0, "a given-up delta was fetched again at {at}");
     }
@@ -333,8 +339,9 @@ fn a_delta_given_up_is_not_fetched_again_when_re_announced() {
 }
 
 /// An author that answers "not here" for a delta it announced is reported, once per
-/// failed fetch; a holder that did not answer at all (gone, paused) is not, and neither is
-/// a peer named as denying that never claimed the delta.
+/// failed fetch; a holder that did not answer at all (gone, paused, or a silent stall) is
+/// not, only named among the refused, and neither is a peer named as denying that never
+/// claimed the delta.
 #[test]
 fn an_author_denying_its_own_announced_delta_is_reported() {
     let unserved = |out: &[Output]| -> Vec<PeerId> {
@@ -345,9 +352,16 @@ fn an_author_denying_its_own_announced_delta_is_reported() {
             })
             .collect()
     };
-    for (denied, reported) in
-        [(vec![PeerId(7)], vec![PeerId(7)]), (vec![], vec![]), (vec![PeerId(8)], vec![])]
-    {
+    let ids = |v: &[u64]| v.iter().map(|&i| PeerId(i)).collect::<Vec<_>>();
+    // (denied, silent, reported, named among the refused)
+    let cases: [(&[u64], &[u64], &[u64], &[u64]); 5] = [
+        (&[7], &[], &[7], &[7]),
+        (&[], &[], &[], &[7]),
+        (&[8], &[], &[], &[7]),
+        (&[], &[7], &[], &[7]),
+        (&[], &[8, 9], &[], &[8, 9]),
+    ];
+    for (denied, silent, reported, named) in cases {
         let mut p = peer(1, 0);
         p.start(0);
         let (c, _) = delta_by(7, 1, 0.1);
@@ -356,15 +370,24 @@ fn an_author_denying_its_own_announced_delta_is_reported() {
             1_000,
         );
         assert!(out.iter().any(|o| matches!(o, Output::Fetch { .. })));
-        let out = p.handle(
-            Event::FetchFailed { from: PeerId(7), hash: c.hash, denied: denied.clone() },
-            1_500,
-        );
-        assert_eq!(unserved(&out), reported, "denied by {denied:?}");
-        assert_eq!(p.metrics().refused_from.get(&PeerId(7)), Some(&1), "denied by {denied:?}");
+        let (denied, silent) = (ids(denied), ids(silent));
+        let failed = |denied: &Vec<PeerId>| Event::FetchFailed {
+            from: PeerId(7),
+            hash: c.hash,
+            denied: denied.clone(),
+            silent: silent.clone(),
+        };
+        let out = p.handle(failed(&denied), 1_500);
+        let case = format!("denied by {denied:?}, silent {silent:?}");
+        assert_eq!(unserved(&out), ids(reported), "{case}");
+        let refused: Vec<PeerId> = p.metrics().refused_from.keys().copied().collect();
+        assert_eq!(refused, ids(named), "{case}");
+        assert!(p.metrics().refused_from.values().all(|&n| n == 1), "{case}");
+        assert_eq!(p.metrics().silent_holders, silent.len() as u64, "{case}");
         // The same failure reported twice (a late answer) is not a second offence.
-        let out = p.handle(Event::FetchFailed { from: PeerId(7), hash: c.hash, denied }, 1_600);
+        let out = p.handle(failed(&denied), 1_600);
         assert!(unserved(&out).is_empty());
+        assert_eq!(p.metrics().silent_holders, silent.len() as u64, "{case}");
     }
 }
 

@@ -62,8 +62,8 @@ pub struct TrainingStatus {
     /// Contributions dropped because they made a merge non-finite.
     #[serde(default)]
     pub nonfinite_dropped: u64,
-    /// What the peer did not take, by cause (`fetch_failed`, `budget_full`,
-    /// `forged_state`, `unbacked_state`, `nonfinite`): not provable offences, but where a
+    /// What the peer did not take, by cause (`fetch_failed`, `silent`, `budget_full`,
+    /// `forged_state`, `unbacked_state`, `nonfinite`, ...): not provable offences, but where a
     /// stalling, flooding or forging peer shows (`proto::Metrics::refusals`).
     #[serde(default)]
     pub refusals: std::collections::BTreeMap<String, u64>,

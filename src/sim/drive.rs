@@ -108,7 +108,7 @@ impl Sim {
         }
         if left.is_empty() && t < deadline {
             let from = holders.first().copied().unwrap_or(PeerId(0));
-            let event = Event::FetchFailed { from, hash, denied };
+            let event = Event::FetchFailed { from, hash, denied, silent: Vec::new() };
             self.queue.push(t, Ev::Proto { peer: requester, inc, event });
         }
     }

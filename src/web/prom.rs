@@ -148,6 +148,15 @@ fn network(enc: &mut DescriptorEncoder, s: &NetStats) -> Fmt {
     let strikes = s.strikes.iter().map(|(r, n)| (r.clone(), *n));
     family(enc, "strikes", "Strikes given to peers", MetricType::Counter, "reason", strikes)?;
     gauge(enc, "banned_peers", "Peers banned for the run", s.banned)?;
+    let struck = s.struck.iter().map(|p| (p.peer.clone(), p.strikes));
+    let help = "Standing strikes of the most struck peers (banned at 8)";
+    family(enc, "peer_strikes", help, MetricType::Gauge, "peer", struck)?;
+    let help = "1 for each of the latest peers banned, with the reason of the last strike";
+    let mut fam = enc.encode_descriptor("recent_ban", help, None, MetricType::Gauge)?;
+    for b in &s.recent_bans {
+        let labels = [("peer", b.peer.clone()), ("reason", b.reason.clone())];
+        ConstGauge::new(1.0).encode(fam.encode_family(&labels)?)?;
+    }
     gauge(enc, "penalised_peers", "Peers penalised for serving bad data", s.penalised)?;
     gauge(enc, "blobs_stored", "Blobs in the local store", s.blobs_stored)?;
     gauge(enc, "store_bytes", "Bytes in the local blob store", s.store_bytes)?;
@@ -232,6 +241,9 @@ fn training(enc: &mut DescriptorEncoder, t: &TrainingStatus) -> Fmt {
     let refusals = t.refusals.iter().map(|(k, n)| (k.clone(), *n));
     let help = "Payloads not taken, by cause (stalls, a full budget, forged or unbacked states)";
     family(enc, "refusals", help, MetricType::Counter, "cause", refusals)?;
+    let from = t.refused_from.iter().map(|(p, n)| (p.clone(), *n));
+    let help = "Refusals owed to each of the most refused peers (stalls, forgeries, no weight)";
+    family(enc, "refused_from", help, MetricType::Counter, "peer", from)?;
     let payloads = t.payload_bytes.iter().map(|(k, n)| (k.clone(), *n));
     let help = "Payload bytes: own deltas published, deltas and states fetched";
     family(enc, "payload_bytes", help, MetricType::Counter, "kind", payloads)?;
@@ -259,9 +271,16 @@ mod tests {
         stats.rejects.insert("malformed".into(), 2);
         stats.links.push(PeerLink { kind: LinkKind::Relayed, ..Default::default() });
         stats.reachability = Reachability::Private;
+        stats.struck = vec![atoll_net::StruckPeer { peer: "12D3KooWs".into(), strikes: 2.5 }];
+        stats.recent_bans = vec![atoll_net::BannedPeer {
+            peer: "12D3KooWb".into(),
+            reason: "unserved".into(),
+            at_secs: 9,
+        }];
         let mut t =
             TrainingStatus { step: 9, round: vec![4, 5], loss: Some(2.5), ..Default::default() };
         t.refusals.insert("fetch_failed".into(), 3);
+        t.refused_from.insert("12D3KooWr".into(), 4);
         t.payload_bytes.insert("state_fetched".into(), 7);
         (t.period, t.banked, t.unsent) = (vec![1, 4], 6, 2);
         board.set_status(true, stats, Some(t));
@@ -282,6 +301,9 @@ mod tests {
             "atoll_reachability{state=\"private\"} 1",
             "atoll_reachability{state=\"public\"} 0",
             "atoll_links{kind=\"relayed\"} 1",
+            "atoll_peer_strikes{peer=\"12D3KooWs\"} 2.5",
+            "atoll_recent_ban{peer=\"12D3KooWb\",reason=\"unserved\"} 1",
+            "atoll_refused_from_total{peer=\"12D3KooWr\"} 4",
         ] {
             assert!(text.lines().any(|l| l.starts_with(line)), "no `{line}` in\n{text}");
         }

@@ -75,7 +75,9 @@ pub(crate) async fn fetch(
 }
 
 /// Asks sources for the chunk list; returns it with the peers that answered with it, in the
-/// order of `sources`. The sources that answered that they do not hold it go to `denied`.
+/// order of `sources`. The sources that answered that they do not hold it go to `denied`;
+/// if nobody had it, the error also names the sources still silent when their batch's
+/// [`MANIFEST_WAIT`] ran out.
 async fn fetch_chunk_list(
     peers: &impl BlobPeers,
     hash: BlobHash,
@@ -84,7 +86,9 @@ async fn fetch_chunk_list(
 ) -> Result<(ChunkList, Vec<PeerId>), NetError> {
     let mut holders: Vec<(usize, PeerId)> = Vec::new();
     let mut found: Option<ChunkList> = None;
+    let mut silent: Vec<PeerId> = Vec::new();
     for (b, batch) in sources.chunks(MANIFEST_PARALLEL).enumerate() {
+        let mut answered: Vec<PeerId> = Vec::with_capacity(batch.len());
         let mut asks: FuturesUnordered<_> = batch
             .iter()
             .enumerate()
@@ -97,6 +101,7 @@ async fn fetch_chunk_list(
         loop {
             let next = tokio::time::timeout_at(cutoff, asks.next()).await.unwrap_or(None);
             let Some((rank, peer, res)) = next else { break };
+            answered.push(peer);
             match res {
                 Ok(BlobResponse::ChunkList(m)) if m.verify(&hash) => {
                     holders.push((rank, peer));
@@ -118,11 +123,14 @@ async fn fetch_chunk_list(
         if found.is_some() {
             break;
         }
+        silent.extend(batch.iter().filter(|p| !answered.contains(p)));
     }
     holders.sort_unstable_by_key(|(rank, _)| *rank);
     match found {
         Some(m) => Ok((m, holders.into_iter().map(|(_, p)| p).collect())),
-        None => Err(FetchError::NoChunkList { hash, denied: std::mem::take(denied) }.into()),
+        None => {
+            Err(FetchError::NoChunkList { hash, denied: std::mem::take(denied), silent }.into())
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //! per-source and per-author gossip rate limits and the per-author heartbeat rate limit. See
 //! [`crate::bans`] for the policy.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -10,8 +10,9 @@ use libp2p::PeerId;
 use tracing::{debug, warn};
 
 use super::event_loop::EventLoop;
-use crate::bans::{self, Strikes, BAN_STRIKES, MAX_BANS};
+use crate::bans::{self, Strikes, BAN_STRIKES, MAX_BANS, SHOWN_PEERS};
 use crate::client::NetEvent;
+use crate::counters::{BannedPeer, StruckPeer};
 use crate::heartbeat::{HEARTBEAT_BURST, HEARTBEAT_RATE};
 
 /// Announcements accepted from one propagation source in a burst.
@@ -36,6 +37,9 @@ pub(crate) struct Hygiene {
     pub(crate) strike_counts: BTreeMap<&'static str, u64>,
     /// Banned for the run (bounded by [`MAX_BANS`]).
     pub(crate) banned: HashSet<PeerId>,
+    /// The latest bans of this run with their reason and time, newest last (at most
+    /// [`SHOWN_PEERS`]): who was cut off and why, for operators.
+    recent_bans: VecDeque<(PeerId, &'static str, Instant)>,
     /// Blocked by fault injection (tests only).
     fault_blocked: HashSet<PeerId>,
     ban_file: Option<PathBuf>,
@@ -130,6 +134,39 @@ impl Hygiene {
     pub(crate) fn is_banned(&self, peer: &PeerId) -> bool {
         self.banned.contains(peer)
     }
+
+    /// Records a ban for [`Self::recent_bans`].
+    fn note_ban(&mut self, peer: PeerId, reason: &'static str, now: Instant) {
+        if self.recent_bans.len() >= SHOWN_PEERS {
+            self.recent_bans.pop_front();
+        }
+        self.recent_bans.push_back((peer, reason, now));
+    }
+
+    /// The peers with the most standing strikes and the latest bans, for [`crate::NetStats`]
+    /// (`started`: when the node started, for the bans' times).
+    pub(crate) fn suspects(
+        &self,
+        started: Instant,
+        now: Instant,
+    ) -> (Vec<StruckPeer>, Vec<BannedPeer>) {
+        let struck = self
+            .strikes
+            .most(SHOWN_PEERS, now)
+            .into_iter()
+            .map(|(p, strikes)| StruckPeer { peer: p.to_string(), strikes })
+            .collect();
+        let bans = self
+            .recent_bans
+            .iter()
+            .map(|(p, reason, at)| BannedPeer {
+                peer: p.to_string(),
+                reason: (*reason).to_owned(),
+                at_secs: at.saturating_duration_since(started).as_secs(),
+            })
+            .collect();
+        (struck, bans)
+    }
 }
 
 impl Default for Hygiene {
@@ -138,6 +175,7 @@ impl Default for Hygiene {
             strikes: Strikes::default(),
             strike_counts: BTreeMap::new(),
             banned: HashSet::new(),
+            recent_bans: VecDeque::new(),
             fault_blocked: HashSet::new(),
             ban_file: None,
             announcements: RateBuckets::new(ANNOUNCE_BURST, ANNOUNCE_RATE),
@@ -190,6 +228,7 @@ impl EventLoop {
         }
         self.hygiene.banned.insert(peer);
         self.hygiene.strikes.remove(&peer);
+        self.hygiene.note_ban(peer, reason, Instant::now());
         let b = self.swarm.behaviour_mut();
         b.blocked.block_peer(peer);
         b.gossipsub.blacklist_peer(&peer);
@@ -233,6 +272,28 @@ impl EventLoop {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn the_latest_bans_are_named_with_their_reason() {
+        let mut h = Hygiene::default();
+        let t0 = Instant::now();
+        let peers: Vec<PeerId> = (0..SHOWN_PEERS + 2).map(|_| PeerId::random()).collect();
+        for (i, p) in peers.iter().enumerate() {
+            h.note_ban(
+                *p,
+                if i % 2 == 0 { "bad_delta" } else { "unserved" },
+                t0 + Duration::from_secs(i as u64),
+            );
+        }
+        h.strikes.add(peers[0], 2.0, t0);
+        let (struck, bans) = h.suspects(t0, t0);
+        assert_eq!(struck, vec![StruckPeer { peer: peers[0].to_string(), strikes: 2.0 }]);
+        assert_eq!(bans.len(), SHOWN_PEERS, "bounded");
+        let last = bans.last().unwrap();
+        assert_eq!(last.peer, peers[SHOWN_PEERS + 1].to_string(), "newest last");
+        assert_eq!((last.reason.as_str(), last.at_secs), ("unserved", SHOWN_PEERS as u64 + 1));
+        assert_eq!(bans[0].peer, peers[2].to_string(), "the oldest went first");
+    }
 
     #[test]
     fn token_bucket_limits_one_source_and_refills() {

@@ -30,6 +30,7 @@ impl EventLoop {
             let s = self.store.lock().unwrap_or_else(|p| p.into_inner());
             (s.len(), s.used_bytes())
         };
+        let (struck, recent_bans) = self.hygiene.suspects(self.started, Instant::now());
         NetStats {
             peer_id: peer_id.to_string(),
             run_name: self.run_name.clone(),
@@ -49,6 +50,8 @@ impl EventLoop {
             uptime_secs: self.started.elapsed().as_secs(),
             banned: self.hygiene.banned.len(),
             strikes: self.hygiene.strike_counts.iter().map(|(r, n)| (r.to_string(), *n)).collect(),
+            struck,
+            recent_bans,
             log_suppressed: self.peers.log_suppressed() + self.uploads.log_suppressed(),
             provider_dials: self.provider_dials,
             upload_refusals: self

@@ -269,3 +269,59 @@ async fn garbage_on_the_blob_protocol_is_counted_and_harmless() -> anyhow::Resul
     assert_eq!(fetcher.client.fetch_blob(hash, &id).await?, data);
     stop_all(vec![node, fetcher]).await
 }
+
+/// A holder that takes blob requests and never answers them (a slow-loris stall) is named
+/// in the failed fetch's `silent`, apart from a peer that answered "not here" (`denied`):
+/// the two look alike to a fetcher that only counts failures.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_that_never_answers_is_named_silent() -> anyhow::Result<()> {
+    use libp2p::request_response::{self, ProtocolSupport};
+    let node = start(Opts::default()).await?;
+    let denier = start_from(&node).await?;
+    let denier_id = denier.client.peer_id();
+    let mut silent = SwarmBuilder::with_new_identity()
+        .with_tokio()
+        .with_tcp(tcp::Config::default(), noise::Config::new, yamux::Config::default)?
+        .with_behaviour(|_| {
+            request_response::Behaviour::<RawCodec>::new(
+                [(atoll_net::blob::wire::BLOB_PROTOCOL, ProtocolSupport::Inbound)],
+                request_response::Config::default(),
+            )
+        })?
+        .with_swarm_config(|c| c.with_idle_connection_timeout(DEADLINE))
+        .build();
+    let silent_id = *silent.local_peer_id();
+    silent.listen_on("/ip4/127.0.0.1/tcp/0".parse()?)?;
+    let addr = loop {
+        if let SwarmEvent::NewListenAddr { address, .. } = silent.select_next_some().await {
+            break address;
+        }
+    };
+    // Takes every request and keeps its channel: the stream stays open, nothing is sent.
+    let silent_task = tokio::spawn(async move {
+        let mut held = Vec::new();
+        loop {
+            if let SwarmEvent::Behaviour(request_response::Event::Message {
+                message: request_response::Message::Request { channel, .. },
+                ..
+            }) = silent.select_next_some().await
+            {
+                held.push(channel);
+            }
+        }
+    });
+    node.client.dial(addr.with(libp2p::multiaddr::Protocol::P2p(silent_id))).await?;
+    wait_until("the denier joined and the silent holder is connected", || async {
+        let s = node.client.stats().await?;
+        Ok(s.connected >= 2 && node.client.run_peers().await?.contains(&denier_id))
+    })
+    .await?;
+    let hash = atoll_net::BlobHash::of(&seeded_bytes(3, 1000));
+    let err = node.client.fetch_blob(hash, &[silent_id]).await.expect_err("nobody holds it");
+    silent_task.abort();
+    let atoll_net::NetError::Fetch(f) = &err else { anyhow::bail!("not a fetch error: {err}") };
+    assert_eq!(f.silent(), &[silent_id][..], "{err}");
+    assert_eq!(f.denied(), &[denier_id][..], "{err}");
+    assert!(err.to_string().contains("1 did not answer"), "{err}");
+    stop_all(vec![node, denier]).await
+}

@@ -70,6 +70,10 @@ async fn penalties_ban_a_peer_and_the_ban_file_survives_a_restart() -> anyhow::R
     let s = node.client.stats().await?;
     assert_eq!(s.strikes.get("bad_delta"), Some(&7));
     assert_eq!(s.banned, 0, "seven strikes do not ban");
+    // The operator sees who: the peer named with its standing strikes (faded a little).
+    assert_eq!(s.struck.len(), 1, "{:?}", s.struck);
+    assert_eq!(s.struck[0].peer, bad_id.to_string());
+    assert!((6.9..=7.0).contains(&s.struck[0].strikes), "{:?}", s.struck);
     node.client.penalize(bad_id, "equivocation").await?;
     let (peer, reason) = next_event(&mut node, |ev| match ev {
         NetEvent::PeerBanned { peer, reason } => Some((peer, reason)),
@@ -82,7 +86,14 @@ async fn penalties_ban_a_peer_and_the_ban_file_survives_a_restart() -> anyhow::R
         Ok(!node.client.run_peers().await?.contains(&bad_id))
     })
     .await?;
-    assert_eq!(node.client.stats().await?.banned, 1);
+    let s = node.client.stats().await?;
+    assert_eq!(s.banned, 1);
+    assert!(s.struck.is_empty(), "a banned peer's strikes no longer stand: {:?}", s.struck);
+    assert_eq!(s.recent_bans.len(), 1);
+    assert_eq!(
+        (s.recent_bans[0].peer.as_str(), s.recent_bans[0].reason.as_str()),
+        (bad_id.to_string().as_str(), "equivocation")
+    );
     let text = std::fs::read_to_string(&ban_file)?;
     assert!(text.lines().any(|l| l == bad_id.to_string()), "{text}");
 

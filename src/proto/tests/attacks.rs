@@ -345,7 +345,7 @@ mod generated {
                 for o in out {
                     if let Output::Fetch { holders, hash, .. } = o {
                         let from = holders.first().copied().unwrap_or(PeerId(0));
-                        p.handle(Event::FetchFailed { from, hash, denied: vec![] }, now);
+                        p.handle(Event::FetchFailed { from, hash, denied: vec![], silent: vec![] }, now);
                     }
                 }
             }

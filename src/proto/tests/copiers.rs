@@ -52,7 +52,8 @@ fn a_copier_that_announced_first_and_stalls_does_not_keep_the_authors_delta_out(
     let (c, bytes) = delta_by(7, 1, 0.05);
     assert_eq!(asked(&announce(&mut p, 100, &c, 1_005)), vec![vec![PeerId(100)]]);
     assert!(asked(&announce(&mut p, 7, &c, 1_006)).is_empty(), "one fetch at a time");
-    let failed = Event::FetchFailed { from: PeerId(100), hash: c.hash, denied: vec![] };
+    let failed =
+        Event::FetchFailed { from: PeerId(100), hash: c.hash, denied: vec![], silent: vec![] };
     assert_eq!(asked(&p.handle(failed, 1_500)), vec![vec![PeerId(7)]], "the author not asked");
     let out = p.handle(Event::Fetched { from: PeerId(7), hash: c.hash, bytes }, 1_510);
     assert_eq!(p.pending(), 1, "the author's delta was kept out");
@@ -61,7 +62,12 @@ fn a_copier_that_announced_first_and_stalls_does_not_keep_the_authors_delta_out(
     let (d, _) = delta_by(8, 1, 0.05);
     announce(&mut p, 101, &d, 1_600);
     announce(&mut p, 8, &d, 1_601);
-    let failed = |from| Event::FetchFailed { from: PeerId(from), hash: d.hash, denied: vec![] };
+    let failed = |from| Event::FetchFailed {
+        from: PeerId(from),
+        hash: d.hash,
+        denied: vec![],
+        silent: vec![],
+    };
     assert_eq!(asked(&p.handle(failed(101), 1_700)), vec![vec![PeerId(8)]]);
     assert!(asked(&p.handle(failed(8), 1_800)).is_empty(), "asked again after everyone");
     assert!(asked(&announce(&mut p, 8, &d, 1_900)).is_empty(), "fetched again when re-announced");

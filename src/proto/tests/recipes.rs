@@ -156,7 +156,8 @@ fn a_state_fetched_again_after_a_failed_fetch_is_counted_as_a_retry() {
     let mut p = merged_round_one(1, &[(2, 0.1), (3, 0.2)]);
     let out = announce_with_recipe(&mut p, &[2, 3, 4], &theirs, recipe_of(&theirs), 1200);
     assert_eq!(fetched(&out), Some(theirs.hash()));
-    let failed = Event::FetchFailed { from: PeerId(2), hash: theirs.hash(), denied: vec![] };
+    let failed =
+        Event::FetchFailed { from: PeerId(2), hash: theirs.hash(), denied: vec![], silent: vec![] };
     p.handle(failed, 1300);
     // A state whose fetch failed is not chased again for two periods.
     let later = 1300 + 2 * p.settings().period_ms() + 1;

@@ -98,6 +98,9 @@ fn a_forged_state_is_recomputed_refused_and_its_voters_discredited() {
     assert_eq!(offences(&out), vec![Offence::ForgedState]);
     assert_eq!(p.state(0), &ours, "the forgery was adopted");
     assert_eq!(p.metrics().forged_states, 1);
+    // Each voter is named among the refused, not only the one that served it.
+    let named: Vec<u64> = p.metrics().refused_from.keys().map(|v| v.0).collect();
+    assert_eq!(named, vec![2, 3, 4]);
     // Its voters are discredited: their votes for a later round move nothing.
     let mut later = ours.clone();
     later.round = 2;
@@ -305,7 +308,10 @@ fn a_recipe_short_of_a_delta_in_flight_waits_for_it_instead_of_fetching_the_stat
         let out = if lands {
             p.handle(Event::Fetched { from, hash: c.hash, bytes }, 1250)
         } else {
-            p.handle(Event::FetchFailed { from, hash: c.hash, denied: vec![] }, 1250)
+            p.handle(
+                Event::FetchFailed { from, hash: c.hash, denied: vec![], silent: vec![] },
+                1250,
+            )
         };
         if lands {
             assert_eq!(fetched(&out), None);
