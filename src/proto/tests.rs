@@ -354,7 +354,8 @@ fn an_author_denying_its_own_announced_delta_is_reported() {
     };
     let ids = |v: &[u64]| v.iter().map(|&i| PeerId(i)).collect::<Vec<_>>();
     // (denied, silent, reported, named among the refused)
-    let cases: [(&[u64], &[u64], &[u64], &[u64]); 5] = [
+    type Case<'a> = (&'a [u64], &'a [u64], &'a [u64], &'a [u64]);
+    let cases: [Case; 5] = [
         (&[7], &[], &[7], &[7]),
         (&[], &[], &[], &[7]),
         (&[8], &[], &[], &[7]),
