@@ -12,9 +12,14 @@
 //! peer contributing every round (the all-to-all exchange) beside sampled contributions
 //! (`proto::sampling`). `--expected` gives sampled runs the swarm's size in the manifest
 //! (`expected_peers`), so round 1 is sampled too.
+//!
+//! `--vote-minority [--sybils 5] [--peers 8] [--cycles 12] [--seeds 12]` instead runs a
+//! credited minority of voters against states nobody can recompute, at merge lags 0 and 1
+//! (issue 21; bench/RESULTS.md, "A credited minority's unverifiable state").
 
 use atoll::delta::Codec;
 use atoll::proto::MergeRule;
+use atoll::sim::byzantine::{Attack, Forgery};
 use atoll::sim::{Sim, SimConfig};
 use std::time::Instant;
 
@@ -31,6 +36,13 @@ fn main() {
     let seeds: u64 = value("--seeds").and_then(|s| s.parse().ok()).unwrap_or(5);
     if args.iter().any(|a| a == "--momentum-grid") {
         return momentum_grid(peers, cycles, seeds);
+    }
+    if args.iter().any(|a| a == "--vote-minority") {
+        let sybils = value("--sybils").and_then(|s| s.parse().ok()).unwrap_or(5);
+        let peers = value("--peers").and_then(|s| s.parse().ok()).unwrap_or(8);
+        let cycles = value("--cycles").and_then(|s| s.parse().ok()).unwrap_or(12);
+        let seeds = value("--seeds").and_then(|s| s.parse().ok()).unwrap_or(12);
+        return vote_minority(peers, sybils, cycles, seeds);
     }
     if args.iter().any(|a| a == "--sampling") {
         let sizes: Vec<usize> = value("--sizes")
@@ -183,5 +195,49 @@ fn sampling(
                 wall / n
             );
         }
+    }
+}
+
+/// One attacker (peer 0) and `sybils` Sybils that earn vote credit with copies of its
+/// deltas vote, after each of its merges, for a poisoned state with a made-up log, which no
+/// honest peer can recompute. With `sybils` + 1 below the honest peers' count they are a
+/// minority of the credited voters. Per merge lag: the adoptions of states of no known
+/// lineage by honest peers, and the honest anchors' loss against the same seeds unattacked.
+fn vote_minority(peers: usize, sybils: usize, cycles: u64, seeds: u64) {
+    let honest = peers - 1;
+    println!(
+        "{honest} honest peers, 1 attacker + {sybils} Sybils, {cycles} cycles, seeds 1..={seeds}"
+    );
+    println!("| merge lag | forged adoptions (all seeds) | seeds with one | honest loss, attacked (median) | unattacked (median) |");
+    println!("|---:|---:|---:|---:|---:|");
+    for lag in [0, 1] {
+        let run = |seed: u64, hostile: bool| {
+            let mut cfg = SimConfig::new(peers, seed);
+            cfg.settings.merge_lag = lag;
+            if hostile {
+                let forged = Forgery::ForgedLog;
+                cfg.hostile = vec![(0, Attack::VoteTakeover { sybils, forged, earn_credit: true })];
+            }
+            let mut sim = Sim::new(cfg).unwrap_or_else(|e| panic!("{e}"));
+            sim.run_cycles(cycles);
+            (sim.stats.unknown_lineage, sim.honest_anchor_loss())
+        };
+        let (mut adopted, mut hit, mut attacked, mut clean) = (0, 0, Vec::new(), Vec::new());
+        for seed in 1..=seeds {
+            let (forged, loss) = run(seed, true);
+            adopted += forged;
+            hit += usize::from(forged > 0);
+            attacked.push(loss);
+            clean.push(run(seed, false).1);
+        }
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        println!(
+            "| {lag} | {adopted} | {hit}/{seeds} | {:.3e} | {:.3e} |",
+            median(&mut attacked),
+            median(&mut clean)
+        );
     }
 }
