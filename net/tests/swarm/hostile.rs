@@ -226,23 +226,32 @@ async fn read_bounded<T: futures::AsyncRead + Unpin>(io: &mut T) -> std::io::Res
     Ok(buf)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn garbage_on_the_blob_protocol_is_counted_and_harmless() -> anyhow::Result<()> {
-    use libp2p::request_response::{self, ProtocolSupport};
-    let node = start(Opts::default()).await?;
-    let data = bytes::Bytes::from(seeded_bytes(9, 3 * atoll_net::CHUNK_SIZE));
-    let hash = node.client.put_blob(data.clone())?;
-
-    let mut evil = SwarmBuilder::with_new_identity()
+/// A bare libp2p peer speaking the blob protocol with raw bytes, one way or the other.
+fn raw_blob_peer(
+    support: libp2p::request_response::ProtocolSupport,
+) -> anyhow::Result<Swarm<libp2p::request_response::Behaviour<RawCodec>>> {
+    use libp2p::request_response;
+    Ok(SwarmBuilder::with_new_identity()
         .with_tokio()
         .with_tcp(tcp::Config::default(), noise::Config::new, yamux::Config::default)?
         .with_behaviour(|_| {
             request_response::Behaviour::<RawCodec>::new(
-                [(atoll_net::blob::wire::BLOB_PROTOCOL, ProtocolSupport::Outbound)],
+                [(atoll_net::blob::wire::BLOB_PROTOCOL, support)],
                 request_response::Config::default(),
             )
         })?
-        .build();
+        .with_swarm_config(|c| c.with_idle_connection_timeout(DEADLINE))
+        .build())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_on_the_blob_protocol_is_counted_and_harmless() -> anyhow::Result<()> {
+    use libp2p::request_response::ProtocolSupport;
+    let node = start(Opts::default()).await?;
+    let data = bytes::Bytes::from(seeded_bytes(9, 3 * atoll_net::CHUNK_SIZE));
+    let hash = node.client.put_blob(data.clone())?;
+
+    let mut evil = raw_blob_peer(ProtocolSupport::Outbound)?;
     let (peer, addr) = atoll_net::node::split_p2p(&node.listen_addrs[0])
         .ok_or_else(|| anyhow::anyhow!("listen address without peer id"))?;
     evil.add_peer_address(peer, addr);
@@ -279,17 +288,7 @@ async fn a_holder_that_never_answers_is_named_silent() -> anyhow::Result<()> {
     let node = start(Opts::default()).await?;
     let denier = start_from(&node).await?;
     let denier_id = denier.client.peer_id();
-    let mut silent = SwarmBuilder::with_new_identity()
-        .with_tokio()
-        .with_tcp(tcp::Config::default(), noise::Config::new, yamux::Config::default)?
-        .with_behaviour(|_| {
-            request_response::Behaviour::<RawCodec>::new(
-                [(atoll_net::blob::wire::BLOB_PROTOCOL, ProtocolSupport::Inbound)],
-                request_response::Config::default(),
-            )
-        })?
-        .with_swarm_config(|c| c.with_idle_connection_timeout(DEADLINE))
-        .build();
+    let mut silent = raw_blob_peer(ProtocolSupport::Inbound)?;
     let silent_id = *silent.local_peer_id();
     silent.listen_on("/ip4/127.0.0.1/tcp/0".parse()?)?;
     let addr = loop {
