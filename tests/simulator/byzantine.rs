@@ -238,3 +238,22 @@ fn loss_curve_by_hostile_fraction() {
 }
 
 mod colluding;
+
+/// A credited minority — the attacker and 5 Sybils that earn their votes with copies of its
+/// delta, 6 voters against 7 honest peers — voting for a state nobody can recompute: at
+/// merge lag 1 no honest peer takes it and the honest peers end on one state. (At lag 0
+/// two such voters impose it: SECURITY.md, "A forged state nobody can recompute";
+/// `cargo bench --bench sim -- --vote-minority` measures both lags.)
+#[test]
+fn a_credited_minority_cannot_impose_a_state_nobody_can_recompute_at_lag_one() {
+    let seed = seed_from_env(76);
+    let a = Attack::VoteTakeover { sybils: 5, forged: Forgery::ForgedLog, earn_credit: true };
+    let mut cfg = SimConfig::new(PEERS, seed);
+    cfg.settings.merge_lag = 1;
+    cfg.hostile = vec![(seat(seed), a)];
+    let o = run_config(cfg, &[]);
+    eprintln!("seed {seed}: {:?}, honest loss by cycle {:?}", o.sim.stats.offences, o.curve);
+    assert_eq!(o.sim.stats.unknown_lineage, 0, "seed {seed}: a made-up state was adopted");
+    assert!(o.distinct.iter().flatten().all(|&d| d == 1), "seed {seed}: {:?}", o.distinct);
+    assert!(o.loss < 0.1 * o.curve[0], "seed {seed}: {:?}", o.curve);
+}
