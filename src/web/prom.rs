@@ -149,8 +149,11 @@ fn network(enc: &mut DescriptorEncoder, s: &NetStats) -> Fmt {
     family(enc, "strikes", "Strikes given to peers", MetricType::Counter, "reason", strikes)?;
     gauge(enc, "banned_peers", "Peers banned for the run", s.banned)?;
     let struck = s.struck.iter().map(|p| (p.peer.clone(), p.strikes));
-    let help = "Standing strikes of the most struck peers (banned at 8)";
-    family(enc, "peer_strikes", help, MetricType::Gauge, "peer", struck)?;
+    let help = format!(
+        "Standing strikes of the most struck peers (banned at {})",
+        atoll_net::bans::BAN_STRIKES
+    );
+    family(enc, "peer_strikes", &help, MetricType::Gauge, "peer", struck)?;
     let help = "1 for each of the latest peers banned, with the reason of the last strike";
     let mut fam = enc.encode_descriptor("recent_ban", help, None, MetricType::Gauge)?;
     for b in &s.recent_bans {
