@@ -228,6 +228,20 @@ impl Peer {
                 }
                 _ => {}
             }
+            // The deltas of a merged or adopted state that this peer holds are offered: a
+            // peer checking that state fetches the ones it lacks from its holders.
+            let made = match &out {
+                Output::Merged(r) => Some((r.fragment, r.merged.clone())),
+                Output::Adopted { fragment, .. } => {
+                    Some((*fragment, self.proto.last_merge(*fragment)))
+                }
+                _ => None,
+            };
+            if let Some((p, merged)) = made {
+                let deltas =
+                    merged.iter().filter_map(|h| Some((*h, self.proto.held_payload(p, h)?)));
+                effects.extend(self.offered.set_merged(p, deltas.collect()));
+            }
             match out {
                 Output::Merged(_)
                 | Output::Adopted { .. }

@@ -66,6 +66,7 @@
 //! ```
 
 mod catchup;
+mod check;
 mod core;
 mod evidence;
 mod fasthash;

@@ -43,6 +43,7 @@ mod tests {
             size: 9,
             took: None,
             recipe: None,
+            parent: None,
         });
         let bytes = encode(&[7; 32], &msg);
         assert_eq!(decode(&bytes).unwrap(), ([7; 32], msg));

@@ -1,5 +1,7 @@
 //! What a peer offers to others that fetch from it, keyed by hash: its current state of
-//! each fragment and its own latest deltas. The [`Peer`](super::Peer) decides what is in
+//! each fragment, its own latest deltas, and the deltas of each fragment's latest merge
+//! (a peer checking a state that lists deltas it never got fetches them from the state's
+//! holders, src/proto/check.rs). The [`Peer`](super::Peer) decides what is in
 //! it; the simulator and the fuzz target serve from it directly, and the node mirrors it
 //! into atoll-net's payload store through the [`Effect::Offer`] and [`Effect::Withdraw`]
 //! each change returns.
@@ -19,13 +21,16 @@ pub struct Offered {
     states: Vec<Option<ContentHash>>,
     /// Own deltas, oldest first; at most `keep_own`.
     own: VecDeque<ContentHash>,
+    /// The deltas each fragment's latest merge took.
+    merged: Vec<Vec<ContentHash>>,
     keep_own: usize,
 }
 
 impl Offered {
     /// A store for `fragments` states that keeps the last `keep_own` own deltas.
     pub fn new(fragments: usize, keep_own: usize) -> Self {
-        Self { states: vec![None; fragments], keep_own, ..Self::default() }
+        let merged = vec![Vec::new(); fragments];
+        Self { states: vec![None; fragments], merged, keep_own, ..Self::default() }
     }
 
     pub fn get(&self, hash: &ContentHash) -> Option<Bytes> {
@@ -67,10 +72,28 @@ impl Offered {
         changes
     }
 
-    /// Drops `hash` unless a state or an own delta still names it (a delta and a state
-    /// never share a hash, but two fragments' states may).
+    /// Fragment `p` merged `deltas` (with their payloads): offered, unpinned, until its
+    /// next merge replaces them.
+    pub fn set_merged(&mut self, p: usize, deltas: Vec<(ContentHash, Bytes)>) -> Vec<Effect> {
+        let Some(slot) = self.merged.get_mut(p) else { return Vec::new() };
+        let old = std::mem::replace(slot, deltas.iter().map(|(h, _)| *h).collect());
+        let mut changes = Vec::new();
+        for (hash, bytes) in deltas {
+            if let std::collections::hash_map::Entry::Vacant(e) = self.payloads.entry(hash) {
+                e.insert(bytes.clone());
+                changes.push(Effect::Offer { hash, payload: bytes, pinned: false });
+            }
+        }
+        changes.extend(old.into_iter().filter_map(|h| self.forget(h)));
+        changes
+    }
+
+    /// Drops `hash` unless a state, an own delta or a latest merge still names it (a delta
+    /// and a state never share a hash, but two fragments' states may).
     fn forget(&mut self, hash: ContentHash) -> Option<Effect> {
-        let named = self.states.contains(&Some(hash)) || self.own.contains(&hash);
+        let named = self.states.contains(&Some(hash))
+            || self.own.contains(&hash)
+            || self.merged.iter().any(|m| m.contains(&hash));
         (!named && self.payloads.remove(&hash).is_some()).then_some(Effect::Withdraw { hash })
     }
 }
@@ -110,6 +133,20 @@ mod tests {
         assert!(s.get(&h(2)).is_some());
         // Nothing else is kept: h(2) for fragment 1 and h(3) for fragment 0.
         assert_eq!(s.payloads.len(), 2);
+    }
+
+    #[test]
+    fn a_merge_s_deltas_are_offered_until_the_next_merge() {
+        let mut s = Offered::new(2, 2);
+        let b = Bytes::from_static(b"m");
+        let first = said(s.set_merged(0, vec![(h(1), b.clone()), (h(2), b.clone())]));
+        assert_eq!(first, vec![(h(1), Some(false)), (h(2), Some(false))]);
+        // An own delta that the merge took stays when the merge is replaced.
+        s.add_own(h(2), &b);
+        let next = said(s.set_merged(0, vec![(h(3), b.clone())]));
+        assert_eq!(next, vec![(h(3), Some(false)), (h(1), None)]);
+        assert!(s.get(&h(2)).is_some() && s.get(&h(3)).is_some());
+        assert_eq!(said(s.set_merged(9, vec![(h(4), b)])), vec![], "no such fragment");
     }
 
     #[test]

@@ -15,7 +15,7 @@ use rand::Rng;
 
 impl Protocol {
     /// Records a peer's state (and, from a state announcement, how many contributions it
-    /// claims the state took), and starts catching up at once if the swarm is ahead.
+    /// claims the state took and the state it claims it was merged on), and starts catching up at once if the swarm is ahead.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn vote(
         &mut self,
@@ -24,6 +24,7 @@ impl Protocol {
         round: u64,
         hash: ContentHash,
         took: Option<u32>,
+        parent: Option<ContentHash>,
         now: Millis,
         out: &mut Vec<Output>,
     ) {
@@ -34,9 +35,7 @@ impl Protocol {
         }
         let votes = &mut self.lanes[p].votes;
         votes.record(from, round, hash);
-        if let Some(took) = took {
-            votes.claim(from, round, hash, took);
-        }
+        votes.claim(from, round, hash, took, parent);
         if self.behind(p) {
             self.reconcile(p, now, out);
         }
@@ -88,29 +87,29 @@ impl Protocol {
         // A peer whose vote lapsed follows the counted voters' latest state even where its
         // own lineage ran ahead of it: nobody follows that lineage.
         let following = !lane.votes.counts(&self.me);
+        let lane = &self.lanes[p];
+        let skip = |h: &ContentHash| self.blocked(h, now) || self.rejected.contains(h);
+        let strict = self.settings.raw().strict_states;
         let leader = lane.votes.latest_round(max_round).and_then(|latest| {
             let target = if following { latest } else { latest.max(lane.state.round) };
-            lane.votes.leader(target)
+            if strict {
+                lane.votes.leader_where(target, skip)
+            } else {
+                lane.votes.leader(target).filter(|l| !skip(&l.hash))
+            }
         });
         let Some(leader) = leader.filter(|l| l.hash != hash) else {
-            if unheard {
-                out.push(lane.announcement());
-            }
-            return;
-        };
-        if self.blocked(&leader.hash, now) || self.rejected.contains(&leader.hash) {
             if unheard {
                 out.push(self.lanes[p].announcement());
             }
             return;
-        }
-        let lane = &self.lanes[p];
+        };
         // A state made from a parent and deltas held here is recomputed, not fetched:
         // kilobytes of deltas at most instead of the whole fragment's anchor and momentum.
         if let Some((state, bytes)) =
             lane.recompute(leader.hash, leader.round, &self.settings, &self.limits)
         {
-            if self.misclaimed(p, leader.round, leader.hash, state.took(), now, out) {
+            if self.misclaimed(p, leader.round, leader.hash, &state, now, out) {
                 return;
             }
             self.metrics.recomputed += 1;
@@ -161,29 +160,34 @@ impl Protocol {
         self.start_fetch(leader.hash, p, kind, sources, max_len, now, out);
     }
 
-    /// Checks what the holders of state `hash` of `round` claimed it took against `took`,
-    /// the count its log bears. Those that claimed another announced a state they do not
-    /// hold, or lied about it to win a tie: they lose their votes and are reported, and
-    /// reconciliation picks again without them (true: the state is not to be adopted now).
+    /// Checks what the holders of state `hash` of `round` claimed of it against `state`
+    /// itself: the count its log bears and the parent it names. Those that claimed another
+    /// announced a state they do not hold, or lied about it to win a tie or lend it a
+    /// lineage: they lose their votes and are reported, and reconciliation picks again
+    /// without them (true: the state is not to be adopted now).
     fn misclaimed(
         &mut self,
         p: usize,
         round: u64,
         hash: ContentHash,
-        took: u32,
+        state: &FragmentState,
         now: Millis,
         out: &mut Vec<Output>,
     ) -> bool {
-        let liars = self.lanes[p].votes.misclaimed(round, hash, took);
-        if liars.is_empty() {
+        let took = state.took();
+        let votes = &self.lanes[p].votes;
+        let counts = votes.misclaimed(round, hash, took);
+        let parents = votes.misparented(round, hash, state.parent);
+        if counts.is_empty() && parents.is_empty() {
             return false;
         }
-        for &liar in &liars {
-            self.lanes[p].votes.discredit(liar);
-            self.metrics.refused(liar);
-            let detail =
-                format!("claimed another count for state {hash:?} of round {round} ({took})");
-            misbehaved(out, liar, Offence::ForgedState, detail);
+        for (liars, what) in [(counts, format!("count ({took})")), (parents, "parent".into())] {
+            for liar in liars {
+                self.lanes[p].votes.discredit(liar);
+                self.metrics.refused(liar);
+                let detail = format!("claimed another {what} for state {hash:?} of round {round}");
+                misbehaved(out, liar, Offence::ForgedState, detail);
+            }
         }
         self.metrics.forged_states += 1;
         self.reconcile(p, now, out);
@@ -212,7 +216,7 @@ impl Protocol {
             let detail = format!("state of round {} voted as round {voted_round}", state.round);
             return self.reject(from, hash, Offence::BadState, detail, out);
         }
-        if self.misclaimed(p, voted_round, hash, state.took(), now, out) {
+        if self.misclaimed(p, voted_round, hash, &state, now, out) {
             return;
         }
         let lane = &mut self.lanes[p];
@@ -221,6 +225,7 @@ impl Protocol {
         }
         let done = lane.state.round.max(lane.closed_round);
         let joining = done == 0 || lane.votes.max_round() > done.saturating_add(1);
+        let strict = self.settings.raw().strict_states;
         match lane.evidence(&state, hash, &self.settings, &self.limits) {
             Evidence::Verified => {}
             Evidence::Forged(detail) => {
@@ -237,19 +242,31 @@ impl Protocol {
                 self.metrics.forged_states += 1;
                 return self.reject(from, hash, Offence::ForgedState, detail, out);
             }
-            // Nothing to check it against, and no lineage of our own to weigh it against
-            // (a late joiner, a restarted or far-behind peer): a plurality is not enough.
-            // A peer on a lineage of its own (a healed partition) goes with the plurality,
-            // or two halves of a swarm split into many states would never join again.
-            Evidence::Unverifiable if joining && !lane.votes.backed(voted_round, hash) => {
-                self.metrics.unbacked_states += 1;
-                self.metrics.refused(from);
-                let until = now.saturating_add(self.settings.period_ms());
-                self.block(hash, until);
+            // Nothing to check it against: a plurality is not enough, or two credited
+            // voters would impose any state on a swarm whose honest votes are spread one or
+            // two to a state (each peer's own merge, at merge lag 0). At least half of the
+            // round's counted voters holding it is.
+            Evidence::Unverifiable if lane.votes.backed(voted_round, hash) => {}
+            // So is a lineage: most of the round's counted voters hold states merged on its
+            // parent, which this peer never held (its own lineage went another way: a healed
+            // partition, or a round it merged with another set). It follows the state that
+            // leads among them, or a swarm split into many states would never join again.
+            // Not for a peer without a lineage of its own (a joiner, a restarted or
+            // far-behind peer), nor for a state made on a parent held here: that one lacks
+            // only deltas, and a forgery that lists deltas nobody can serve is made so.
+            Evidence::Unverifiable if !joining && lane.lineage_backs(voted_round, &state) => {}
+            // Without strict states, an up-to-date peer takes the plurality's state.
+            Evidence::Unverifiable if !joining && !strict => {}
+            // A state made on a parent held here lacks only deltas: fetched, and the state
+            // checked again (src/proto/check.rs).
+            Evidence::Unverifiable => {
+                if !self.start_check(from, hash, &bytes, &state, p, voted_round, now, out) {
+                    self.refuse_unbacked(from, hash, now);
+                }
                 return;
             }
-            Evidence::Unverifiable => {}
         }
+        let lane = &mut self.lanes[p];
         // A state older than ours came too late to adopt (this peer merged a later round
         // on its own lineage meanwhile). The swarm's next state names it as its parent, so
         // it is kept, checked as an adoption would be, to recompute that one from its
@@ -262,5 +279,14 @@ impl Protocol {
         }
         // The fetched bytes are the state's wire form: their hash was checked on arrival.
         out.extend(lane.adopt(self.me, state, hash, bytes, &self.settings, &mut self.metrics));
+    }
+
+    /// Refuses state `hash`, served by `from`, that nothing here can recompute and not
+    /// enough voters back: not chased again for a period, and the next best state leads.
+    pub(super) fn refuse_unbacked(&mut self, from: PeerId, hash: ContentHash, now: Millis) {
+        self.metrics.unbacked_states += 1;
+        self.metrics.refused(from);
+        let until = now.saturating_add(self.settings.period_ms());
+        self.block(hash, until);
     }
 }

@@ -18,7 +18,7 @@
 //! the fragment's anchor and momentum (8 bytes per parameter).
 
 use super::fasthash::{FastMap, FastSet};
-use super::held::{self, merge_inputs};
+use super::held::{self, merge_inputs, Held};
 use super::lane::Lane;
 use super::merge;
 use super::schedule::Window;
@@ -239,6 +239,18 @@ impl Lane {
         }
     }
 
+    /// Whether this peer holds the state named `parent`.
+    pub(super) fn holds(&self, parent: ContentHash) -> bool {
+        self.base(parent).is_some()
+    }
+
+    /// Whether most of `round`'s counted voters hold states they claim were merged on the
+    /// parent `new` names, a state this peer does not hold (see `accept_state`).
+    pub(super) fn lineage_backs(&self, round: u64, new: &FragmentState) -> bool {
+        let (kin, voters) = self.votes.lineage(round, new.parent);
+        self.base(new.parent).is_none() && 2 * kin > voters
+    }
+
     /// The state named `parent`, if this peer holds it: its own, the two before its latest
     /// merges or adoptions, or one that arrived too late to adopt.
     fn base(&self, parent: ContentHash) -> Option<&FragmentState> {
@@ -262,10 +274,20 @@ impl Lane {
         settings: &Settings,
         limits: &Limits,
     ) -> Result<FragmentState, Evidence> {
-        if !listed.iter().all(|h| self.held.contains_key(h)) {
+        let table: FastMap<ContentHash, Held>;
+        let source = if self.listed.is_empty() {
+            &self.held
+        } else {
+            table = listed
+                .iter()
+                .filter_map(|h| self.listed_delta(h).map(|d| (*h, d.clone())))
+                .collect();
+            &table
+        };
+        if !listed.iter().all(|h| source.contains_key(h)) {
             return Err(Evidence::Unverifiable);
         }
-        let decoded = held::decode(&self.held, &self.spec, listed, settings, limits);
+        let decoded = held::decode(source, &self.spec, listed, settings, limits);
         if decoded.len() != listed.len() {
             return Err(Evidence::Unverifiable);
         }

@@ -15,6 +15,8 @@ pub(super) enum Kind {
     Delta { claims: Vec<Claim> },
     /// A state, voted for round `round`: the payload must be of that round.
     State { round: u64 },
+    /// A delta a fetched state's log lists, for checking that state (src/proto/check.rs).
+    Listed,
 }
 
 /// What a signed announcement says about a delta; checked against the delta's header.
@@ -61,7 +63,7 @@ impl Protocol {
         now: Millis,
         out: &mut Vec<Output>,
     ) {
-        if matches!(kind, Kind::Delta { .. }) {
+        if matches!(kind, Kind::Delta { .. } | Kind::Listed) {
             self.in_flight_bytes += max_len;
         }
         let r = self.settings.raw();
@@ -69,7 +71,7 @@ impl Protocol {
             now.saturating_add(r.fetch_timeout_ms.saturating_mul(u64::from(r.fetch_attempts)));
         let asked = match &kind {
             Kind::Delta { claims } => claims.len(),
-            Kind::State { .. } => 0,
+            Kind::State { .. } | Kind::Listed => 0,
         };
         self.in_flight
             .insert(hash, InFlight { fragment, kind, announced_at: now, deadline, max_len, asked });
@@ -93,7 +95,11 @@ impl Protocol {
         self.block(hash, now.saturating_add(2 * self.settings.period_ms()));
         match f.kind {
             Kind::State { .. } => self.lanes[f.fragment].state_fetch = None,
-            Kind::Delta { .. } => self.delta_fetch_ended(f.fragment, now, out),
+            Kind::Delta { .. } => {
+                self.delta_fetch_ended(f.fragment, now, out);
+                self.listed_failed(f.fragment, hash, now, out);
+            }
+            Kind::Listed => self.listed_failed(f.fragment, hash, now, out),
         }
     }
 
@@ -159,7 +165,7 @@ impl Protocol {
             Kind::Delta { claims } => {
                 claims.iter().map(|c| c.author).filter(|a| denied.contains(a)).collect()
             }
-            Kind::State { .. } => Vec::new(),
+            Kind::State { .. } | Kind::Listed => Vec::new(),
         };
         let mut named = 0;
         for &holder in silent.iter().filter(|h| !deniers.contains(h)).take(MAX_NAMED_SILENT) {
@@ -181,7 +187,7 @@ impl Protocol {
     /// Removes a fetch from the table, releasing the bytes it held in the budget.
     fn end_fetch(&mut self, hash: &ContentHash) -> Option<InFlight> {
         let f = self.in_flight.remove(hash)?;
-        if matches!(f.kind, Kind::Delta { .. }) {
+        if matches!(f.kind, Kind::Delta { .. } | Kind::Listed) {
             self.in_flight_bytes = self.in_flight_bytes.saturating_sub(f.max_len);
         }
         Some(f)
@@ -232,15 +238,19 @@ impl Protocol {
         }
         let Some(f) = self.end_fetch(&hash) else { return };
         let counter = match f.kind {
-            Kind::Delta { .. } => &mut self.metrics.fetched_delta_bytes,
+            Kind::Delta { .. } | Kind::Listed => &mut self.metrics.fetched_delta_bytes,
             Kind::State { .. } => &mut self.metrics.fetched_state_bytes,
         };
         *counter += bytes.len() as u64;
         match f.kind {
             Kind::Delta { .. } => {
-                self.accept_delta(from, hash, bytes, &f, now, out);
+                self.accept_delta(from, hash, bytes.clone(), &f, now, out);
                 self.delta_fetch_ended(f.fragment, now, out);
+                if self.lanes[f.fragment].awaits(&hash) {
+                    self.accept_listed(from, hash, bytes, &f, now, out);
+                }
             }
+            Kind::Listed => self.accept_listed(from, hash, bytes, &f, now, out),
             Kind::State { round } => {
                 self.accept_state(from, hash, bytes, f.fragment, round, now, out)
             }

@@ -39,7 +39,7 @@ impl Protocol {
                 if let Some(recipe) = s.recipe.filter(|_| possible) {
                     self.lanes[p].note_recipe(from, s.hash, s.round, recipe);
                 }
-                self.vote(from, p, s.round, s.hash, s.took, now, out)
+                self.vote(from, p, s.round, s.hash, s.took, s.parent, now, out)
             }
             Message::Contribution(c) => {
                 // The base state is a vote, but state announcements carry the same votes a
@@ -48,7 +48,7 @@ impl Protocol {
                 // otherwise halves the vote bookkeeping, which is per peer per round.
                 let lane = &self.lanes[p];
                 if c.base_round > lane.state.round.max(lane.closed_round).saturating_add(1) {
-                    self.vote(from, p, c.base_round, c.base, None, now, out);
+                    self.vote(from, p, c.base_round, c.base, None, None, now, out);
                 }
                 self.on_announce(from, p, c, now, out);
             }

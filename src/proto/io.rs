@@ -278,6 +278,9 @@ pub struct Metrics {
     pub forged_states: u64,
     /// Fetched states nobody here could recompute, left for lack of a backing majority.
     pub unbacked_states: u64,
+    /// Fetched states made on a parent held here whose missing deltas were fetched to
+    /// recompute them (src/proto/check.rs).
+    pub state_checks: u64,
     pub refused_full: u64,
 }
 

@@ -113,6 +113,14 @@ pub(crate) struct Lane {
     /// Each of those voters' recipe before its latest (of an earlier round): the recipe of
     /// the parent of the state it now holds.
     pub recipes_before: FastMap<PeerId, (ContentHash, u64, super::Recipe)>,
+    /// Deltas a fetched state lists that this peer lacked, fetched to check that state
+    /// (src/proto/check.rs): read by recomputation only, never merged; emptied when the
+    /// check ends.
+    pub listed: FastMap<ContentHash, Held>,
+    /// The fetched state waiting for them.
+    pub check: Option<super::check::Check>,
+    /// The last state checked that way: a state is checked once.
+    pub checked: Option<ContentHash>,
     /// The latest round of a vote this peer published for the fragment (a state
     /// announcement, or a contribution's base): others count that vote until a later one
     /// replaces it, so an adoption of a state of that round or an earlier one must be
@@ -153,6 +161,9 @@ impl Lane {
             recipes_given_up: None,
             recipes: FastMap::default(),
             recipes_before: FastMap::default(),
+            listed: FastMap::default(),
+            check: None,
+            checked: None,
             announced_round: state_round,
         }
     }
@@ -309,7 +320,7 @@ impl Lane {
         let bytes = Bytes::from(self.state.to_bytes());
         self.state_hash = ContentHash::of(&bytes);
         self.state_bytes = OnceLock::from(bytes);
-        self.votes.set_mine(round, self.state_hash, self.state.took());
+        self.votes.set_mine(round, self.state_hash, self.state.took(), self.state.parent);
         self.prune(round, w, m);
         m.merges += 1;
         m.merged_contributions += merged.len() as u64;
@@ -358,7 +369,17 @@ impl Lane {
     /// late arrivals): they may have been published under the previous sampling period
     /// (`Sampling::after_merge`).
     pub fn made_before(&self, ids: &[ContentHash], round: u64) -> usize {
-        ids.iter().filter(|h| self.held.get(h).is_some_and(|d| d.round < round)).count()
+        ids.iter().filter(|h| self.listed_delta(h).is_some_and(|d| d.round < round)).count()
+    }
+
+    /// Delta `hash`, held or fetched for a state check.
+    pub fn listed_delta(&self, hash: &ContentHash) -> Option<&Held> {
+        self.held.get(hash).or_else(|| self.listed.get(hash))
+    }
+
+    /// Whether a state check waits for delta `hash`.
+    pub fn awaits(&self, hash: &ContentHash) -> bool {
+        self.check.as_ref().is_some_and(|c| c.waiting.contains(hash))
     }
 
     /// The announcement of this lane's state (with its payload, to serve); notes its round
@@ -372,6 +393,7 @@ impl Lane {
             size: self.state.wire_len() as u64,
             took: Some(self.state.took()),
             recipe: self.recipe(),
+            parent: Some(self.state.parent),
         });
         Output::Publish { msg: state, payload: self.state_bytes().clone() }
     }

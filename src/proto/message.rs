@@ -12,7 +12,11 @@
 //!                   ‖ steps u64 ‖ origin u64 ‖ base [32] ‖ base_round u64
 //! state (2):        fragment u32 ‖ round u64 ‖ hash [32] ‖ size u64 ‖ flags u8
 //!                   ‖ took u32 (flag 1) ‖ parent [32] ‖ n u16 ‖ n × id u64 (flag 2)
+//!                   ‖ parent [32] (flag 4)
 //! ```
+//!
+//! Version 3 added the state's parent (flag 4); a version-2 peer refuses it as another
+//! version, not as a malformed message.
 
 use crate::cursor::{Cursor, Short};
 use crate::delta::ContentHash;
@@ -20,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 /// Version of the message format; carried in every envelope and in the topic name.
-pub const PROTOCOL_VERSION: u16 = 2;
+pub const PROTOCOL_VERSION: u16 = 3;
 /// Gossip topic prefix; the node appends the run id.
 pub const TOPIC_PREFIX: &str = "/atoll/proto/1/";
 /// Largest encoded message accepted; checked before parsing.
@@ -71,6 +75,12 @@ pub struct StateAnnounce {
     /// result counts only if it hashes to `hash`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recipe: Option<Recipe>,
+    /// The state the merge that made this one started from. A claim, checked when the
+    /// state is fetched (a holder that named another parent loses its vote): it lets a peer
+    /// that cannot recompute a state weigh it by its lineage — how many of the round's
+    /// voters hold states made on the same parent — rather than by its own holders alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<ContentHash>,
 }
 
 /// Most contributions a [`Recipe`] lists: a state announcement with that many of the
@@ -131,6 +141,7 @@ const STATE: u8 = 2;
 /// [`StateAnnounce`] flags: which optional fields follow.
 const HAS_TOOK: u8 = 1;
 const HAS_RECIPE: u8 = 2;
+const HAS_PARENT: u8 = 4;
 
 /// Encodes a message for gossip (the layout is in the module's documentation).
 pub fn encode_message(msg: &Message) -> Vec<u8> {
@@ -155,7 +166,8 @@ pub fn encode_message(msg: &Message) -> Vec<u8> {
             out.extend_from_slice(&s.hash.0);
             out.extend_from_slice(&s.size.to_le_bytes());
             let flags = if s.took.is_some() { HAS_TOOK } else { 0 }
-                | if s.recipe.is_some() { HAS_RECIPE } else { 0 };
+                | if s.recipe.is_some() { HAS_RECIPE } else { 0 }
+                | if s.parent.is_some() { HAS_PARENT } else { 0 };
             out.push(flags);
             if let Some(took) = s.took {
                 out.extend_from_slice(&took.to_le_bytes());
@@ -168,6 +180,9 @@ pub fn encode_message(msg: &Message) -> Vec<u8> {
                 for id in &r.merged[..n] {
                     out.extend_from_slice(&id.to_le_bytes());
                 }
+            }
+            if let Some(parent) = &s.parent {
+                out.extend_from_slice(&parent.0);
             }
         }
     }
@@ -205,7 +220,7 @@ pub fn decode_message(bytes: &[u8]) -> Result<Message, MessageError> {
             let (fragment, round, hash, size) =
                 (r.u32_le()?, r.u64_le()?, ContentHash(r.array()?), r.u64_le()?);
             let flags = r.u8()?;
-            if flags & !(HAS_TOOK | HAS_RECIPE) != 0 {
+            if flags & !(HAS_TOOK | HAS_RECIPE | HAS_PARENT) != 0 {
                 return Err(malformed(format!("unknown state flags {flags:#04x}")));
             }
             let took = if flags & HAS_TOOK != 0 { Some(r.u32_le()?) } else { None };
@@ -220,7 +235,8 @@ pub fn decode_message(bytes: &[u8]) -> Result<Message, MessageError> {
             } else {
                 None
             };
-            Message::State(StateAnnounce { fragment, round, hash, size, took, recipe })
+            let parent = if flags & HAS_PARENT != 0 { Some(ContentHash(r.array()?)) } else { None };
+            Message::State(StateAnnounce { fragment, round, hash, size, took, recipe, parent })
         }
         t => return Err(malformed(format!("unknown message type {t}"))),
     };
@@ -254,6 +270,7 @@ mod tests {
             size: 10,
             took,
             recipe,
+            parent: Some(ContentHash::of(b"parent")),
         })
     }
 
@@ -289,9 +306,10 @@ mod tests {
             let bytes = encode_message(&m);
             assert!(bytes.len() < 160, "{} bytes: {m:?}", bytes.len());
             assert_eq!(decode_message(&bytes).unwrap(), m);
-            let mut v3 = bytes.clone();
-            v3[..2].copy_from_slice(&3u16.to_le_bytes());
-            assert_eq!(decode_message(&v3), Err(MessageError::Version(3)));
+            let mut next = bytes.clone();
+            let v = PROTOCOL_VERSION + 1;
+            next[..2].copy_from_slice(&v.to_le_bytes());
+            assert_eq!(decode_message(&next), Err(MessageError::Version(v)));
         }
         // A peer of the JSON format (version 1) is told apart from a broken one.
         let v1 = br#"{"v":1,"msg":{"type":"state","fragment":2}}"#;
@@ -314,15 +332,19 @@ mod tests {
             unknown[2] = 9;
             assert!(matches!(decode_message(&unknown), Err(MessageError::Malformed(_))));
         }
-        let mut flags = encode_message(&state(None, None));
+        let bare = |m: Message| match m {
+            Message::State(s) => Message::State(StateAnnounce { parent: None, ..s }),
+            m => m,
+        };
+        let mut flags = encode_message(&bare(state(None, None)));
         let at = flags.len() - 1;
-        flags[at] = 4;
+        flags[at] = 8;
         assert!(matches!(decode_message(&flags), Err(MessageError::Malformed(_))));
         // A count of more ids than the message holds is cut short.
-        let mut many = encode_message(&state(
+        let mut many = encode_message(&bare(state(
             None,
             Some(Recipe { parent: ContentHash::of(b"p"), merged: vec![7].into() }),
-        ));
+        )));
         let at = many.len() - 10;
         many[at..at + 2].copy_from_slice(&2u16.to_le_bytes());
         assert!(matches!(decode_message(&many), Err(MessageError::Malformed(_))));
@@ -344,6 +366,7 @@ mod tests {
                 parent: ContentHash::of(b"p"),
                 merged: (0..MAX_RECIPE_IDS as u64).map(|i| u64::MAX - i).rev().collect(),
             }),
+            parent: Some(ContentHash::of(b"p")),
         });
         let bytes = encode_message(&m);
         assert!(bytes.len() <= MAX_MESSAGE_BYTES, "{} bytes", bytes.len());
@@ -364,6 +387,7 @@ mod tests {
             took in any::<Option<u32>>(),
             ids in prop::option::of(prop::collection::vec(any::<u64>(), 0..MAX_RECIPE_IDS)),
             seed in any::<u64>(),
+            parent in any::<Option<[u8; 32]>>(),
         ) {
             let m = Message::State(StateAnnounce {
                 fragment,
@@ -372,6 +396,7 @@ mod tests {
                 size,
                 took,
                 recipe: ids.map(|merged| Recipe { parent: ContentHash::of(&[1]), merged: merged.into() }),
+                parent: parent.map(ContentHash),
             });
             let bytes = encode_message(&m);
             prop_assert!(bytes.len() <= MAX_MESSAGE_BYTES);

@@ -64,6 +64,9 @@ struct Vote {
     /// How many contributions the voter claims the state's merge took (only for votes that
     /// came as state announcements).
     claim: Option<u32>,
+    /// The state the voter claims its state was merged on (only for votes that came as
+    /// state announcements).
+    parent: Option<ContentHash>,
     /// The voter's entry in [`Votes::credits`], kept equal to it.
     credit: Option<u64>,
 }
@@ -187,9 +190,10 @@ impl Votes {
     /// Our own vote: the state we hold now, whatever its round (a follower may go back to
     /// an older state). Announcements of ours heard from the network go through
     /// [`Votes::record`], where an older one (a replay) changes nothing.
-    pub fn set_mine(&mut self, round: u64, hash: ContentHash, took: u32) {
+    pub fn set_mine(&mut self, round: u64, hash: ContentHash, took: u32, parent: ContentHash) {
         let credit = self.credits.get(&self.me).copied();
-        self.latest.insert(self.me, Vote { round, hash, claim: Some(took), credit });
+        let vote = Vote { round, hash, claim: Some(took), parent: Some(parent), credit };
+        self.latest.insert(self.me, vote);
         if self.counts(&self.me) {
             self.max_round = self.max_round.max(round);
         }
@@ -205,7 +209,7 @@ impl Votes {
                     return;
                 }
                 if !v.is(round, hash) {
-                    *v = Vote { round, hash, claim: None, credit: v.credit };
+                    *v = Vote { round, hash, claim: None, parent: None, credit: v.credit };
                 }
             }
             std::collections::hash_map::Entry::Vacant(e) => {
@@ -213,7 +217,7 @@ impl Votes {
                     return;
                 }
                 let credit = self.credits.get(&peer).copied();
-                e.insert(Vote { round, hash, claim: None, credit });
+                e.insert(Vote { round, hash, claim: None, parent: None, credit });
             }
         }
         if self.counts(&peer) {
@@ -221,12 +225,49 @@ impl Votes {
         }
     }
 
-    /// Notes that `peer` claims its state `hash` of `round` took `took` contributions (if
-    /// that is still its latest vote).
-    pub fn claim(&mut self, peer: PeerId, round: u64, hash: ContentHash, took: u32) {
+    /// Notes what `peer` claims of its state `hash` of `round` (if that is still its latest
+    /// vote): how many contributions its merge took, and the state it was merged on.
+    pub fn claim(
+        &mut self,
+        peer: PeerId,
+        round: u64,
+        hash: ContentHash,
+        took: Option<u32>,
+        parent: Option<ContentHash>,
+    ) {
         if let Some(v) = self.latest.get_mut(&peer).filter(|v| v.is(round, hash)) {
-            v.claim = Some(took);
+            v.claim = took.or(v.claim);
+            v.parent = parent.or(v.parent);
         }
+    }
+
+    /// The counted holders of `hash` for `round` other than this peer that claimed it was
+    /// merged on another state than `parent`, the one it names: like a false count, a vote
+    /// for a state the voter does not hold, or a lie to lend it a lineage.
+    pub fn misparented(&self, round: u64, hash: ContentHash, parent: ContentHash) -> Vec<PeerId> {
+        let mut h = self.holders(round, hash);
+        let claim = |p: &PeerId| self.latest.get(p).and_then(|v| v.parent);
+        h.retain(|p| *p != self.me && claim(p).is_some_and(|c| c != parent));
+        h
+    }
+
+    /// `round`'s counted voters that claim their state was merged on `parent`, in id order.
+    pub fn kin(&self, round: u64, parent: ContentHash) -> Vec<PeerId> {
+        let same = |v: &Vote| v.round == round && v.parent == Some(parent);
+        let mut k: Vec<PeerId> = self.counted().filter(|(_, v)| same(v)).map(|(p, _)| *p).collect();
+        k.sort_unstable();
+        k
+    }
+
+    /// How many of `round`'s counted voters hold a state they claim was merged on
+    /// `parent` (whichever set it took), and how many voted for the round at all.
+    pub fn lineage(&self, round: u64, parent: ContentHash) -> (usize, usize) {
+        let (mut same, mut all) = (0, 0);
+        for (_, v) in self.counted().filter(|(_, v)| v.round == round) {
+            all += 1;
+            same += usize::from(v.parent == Some(parent));
+        }
+        (same, all)
     }
 
     /// The counted holders of `hash` for `round` other than this peer (its claim is its
@@ -304,16 +345,47 @@ impl Votes {
     /// The state most peers hold for `round` (ties: the one whose holders claim it took
     /// more contributions — the least any of them claims — then the smallest hash).
     pub fn leader(&self, round: u64) -> Option<Leader> {
-        /// A counted vote of the round: the state, its voter and the voter's claim.
-        type Ballot = (ContentHash, PeerId, Option<u32>);
+        self.pick(round, false, |_| false)
+    }
+
+    /// The state to follow for `round`: [`Votes::leader`] among the states of the lineage
+    /// most of the round's counted voters claim (states merged on one parent), when one
+    /// does, and among states `skip` does not rule out (refused here, or not to be chased
+    /// yet). After a merge at lag 0 the votes of a swarm are spread one or two to a state,
+    /// all of one lineage: a state of another lineage (a made-up one, two credited voters
+    /// strong) would win a bare plurality, and the next best state leads once the first is
+    /// refused instead of every peer staying on its own.
+    pub fn leader_where(&self, round: u64, skip: impl Fn(&ContentHash) -> bool) -> Option<Leader> {
+        self.pick(round, true, skip)
+    }
+
+    fn pick(
+        &self,
+        round: u64,
+        by_lineage: bool,
+        skip: impl Fn(&ContentHash) -> bool,
+    ) -> Option<Leader> {
+        /// A counted vote of the round: the state, its voter, the voter's claim and parent.
+        type Ballot = (ContentHash, PeerId, Option<u32>, Option<ContentHash>);
         // The round's counted votes in (hash, voter) order: each state's holders are a run,
         // in id order.
         let mut votes: Vec<Ballot> = self
             .counted()
             .filter(|(_, v)| v.round == round)
-            .map(|(p, v)| (v.hash, *p, v.claim))
+            .map(|(p, v)| (v.hash, *p, v.claim, v.parent))
             .collect();
-        votes.sort_unstable_by_key(|&(h, p, _)| (h, p));
+        let voters = votes.len();
+        if by_lineage {
+            let mut lineages: FastMap<ContentHash, usize> = FastMap::default();
+            for parent in votes.iter().filter_map(|v| v.3) {
+                *lineages.entry(parent).or_default() += 1;
+            }
+            if let Some((&parent, _)) = lineages.iter().find(|(_, &n)| 2 * n > voters) {
+                votes.retain(|v| v.3 == Some(parent));
+            }
+        }
+        votes.retain(|v| !skip(&v.0));
+        votes.sort_unstable_by_key(|&(h, p, _, _)| (h, p));
         // The most holders, then the highest count the least claiming holder claims (0
         // without a claim); runs come in ascending hash order and only a strictly better
         // one replaces the best, so the smallest hash wins ties.
@@ -327,7 +399,7 @@ impl Votes {
         }
         let (run, _) = best?;
         let holders = run.iter().map(|v| v.1).collect();
-        Some(Leader { round, hash: run[0].0, holders, voters: votes.len() })
+        Some(Leader { round, hash: run[0].0, holders, voters })
     }
 
     /// Fraction of the peers that announced `round` holding `hash` (1 when nobody did).

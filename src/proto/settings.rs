@@ -103,6 +103,16 @@ pub struct RawSettings {
     /// reversed and random deltas then weigh nothing, and only authors whose deltas
     /// weighed something earn vote credit. Default true.
     pub agreement_weights: bool,
+    /// Adopt a fetched state that this peer cannot recompute only when it can be checked or
+    /// a majority stands behind it (src/proto/check.rs): its missing deltas are fetched and
+    /// it is recomputed; one made on a parent this peer never held needs most of the round's
+    /// counted voters on that parent (or on the state itself); and the state to follow is
+    /// picked within the lineage most voters claim. Off, an up-to-date peer takes such a
+    /// state on a plurality, which two credited voters can win at merge lag 0 when the
+    /// honest votes are spread (SECURITY.md). Default true; the price is slower agreement
+    /// where a lag-0 swarm's votes scatter over hundreds of states (bench/RESULTS.md).
+    #[serde(skip_serializing_if = "is_true")]
+    pub strict_states: bool,
     /// Deltas wanted per fragment round: in a larger swarm each peer publishes a fragment's
     /// delta only every `period` rounds, in a slot fixed by its id, with the work of the
     /// rounds between carried in its error-feedback residual; the period follows the
@@ -122,6 +132,10 @@ pub struct RawSettings {
 /// default, so its canonical JSON, and the run id, stay what they were.
 fn is_zero(v: &usize) -> bool {
     *v == 0
+}
+
+fn is_true(v: &bool) -> bool {
+    *v
 }
 
 impl Default for RawSettings {
@@ -154,6 +168,7 @@ impl Default for RawSettings {
             trim: 0.2,
             step_slack: 4,
             agreement_weights: true,
+            strict_states: true,
             contributors: 0,
             expected_peers: 0,
         }

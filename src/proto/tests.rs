@@ -134,6 +134,7 @@ fn hostile_inputs_are_refused_without_panicking() {
         size: 1,
         took: None,
         recipe: None,
+        parent: None,
     });
     let out = p.handle(Event::Message { from: PeerId(7), msg: bad }, 10);
     assert!(matches!(out.as_slice(), [Output::Misbehaved { peer: PeerId(7), .. }]));
@@ -198,7 +199,7 @@ pub(crate) fn delta_by(author: u64, round: u64, value: f32) -> (ContributionAnno
 /// The offences reported in `out`, in order.
 /// A vote: an announcement of fragment 0's state of `round`, with no count and no recipe.
 fn vote(round: u64, hash: ContentHash, size: u64) -> StateAnnounce {
-    StateAnnounce { fragment: 0, round, hash, size, took: None, recipe: None }
+    StateAnnounce { fragment: 0, round, hash, size, took: None, recipe: None, parent: None }
 }
 
 fn offences(out: &[Output]) -> Vec<Offence> {

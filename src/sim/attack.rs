@@ -59,6 +59,10 @@ pub enum Forgery {
     /// Voted for the round just merged; the attacker's own state (its parent and its
     /// contribution set, which honest peers hold) with a poisoned anchor.
     KnownParent,
+    /// Voted for the round just merged; the attacker's own parent with a poisoned anchor
+    /// and a log that lists deltas nobody holds: made on a parent honest peers hold, and
+    /// still impossible to recompute.
+    UnservedLog,
 }
 
 impl Attack {
@@ -83,6 +87,7 @@ impl Attack {
             vote(Forgery::MaxRound),
             vote(Forgery::ForgedLog),
             vote(Forgery::KnownParent),
+            vote(Forgery::UnservedLog),
         ]
     }
 }

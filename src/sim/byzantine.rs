@@ -300,7 +300,7 @@ impl Sim {
         let (voted, payload_round) = match forged {
             Forgery::FutureRound => (s.round + 1, s.round + 1),
             Forgery::MaxRound => (s.round + 1, u64::MAX),
-            Forgery::ForgedLog | Forgery::KnownParent => (s.round, s.round),
+            Forgery::ForgedLog | Forgery::KnownParent | Forgery::UnservedLog => (s.round, s.round),
         };
         state.momentum = mine.momentum.clone();
         state.record(
@@ -309,9 +309,19 @@ impl Sim {
             4,
         );
         state.round = payload_round;
-        if forged == Forgery::KnownParent {
-            state = mine;
-            state.anchor = poison;
+        match forged {
+            Forgery::KnownParent => {
+                state = mine;
+                state.anchor = poison;
+            }
+            Forgery::UnservedLog => {
+                let made_up = vec![ContentHash([0xde; 32]), ContentHash([0xad; 32])];
+                state = mine;
+                state.anchor = poison;
+                state.log.pop_back();
+                state.record(payload_round, made_up, 4);
+            }
+            _ => {}
         }
         let bytes: Bytes = state.to_bytes().into();
         let hash = ContentHash::of(&bytes);
@@ -323,6 +333,8 @@ impl Sim {
             // The count its payload's log bears out (a larger claim is caught on fetch).
             took: Some(state.took()),
             recipe: None,
+            // The parent its payload names: a false one is caught on fetch.
+            parent: Some(state.parent),
         };
         self.byz.keep(i, hash, bytes);
         let voters: Vec<PeerId> =

@@ -42,6 +42,21 @@ impl Protocol {
         self.lanes[p].state_bytes()
     }
 
+    /// The contributions the merge that made fragment `p`'s state took (none for a state
+    /// whose log does not end with its own round).
+    pub fn last_merge(&self, p: usize) -> Vec<ContentHash> {
+        let state = &self.lanes[p].state;
+        match state.log.back() {
+            Some((r, ids)) if *r == state.round => ids.clone(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The payload of delta `hash` of fragment `p`, if this peer holds it.
+    pub fn held_payload(&self, p: usize, hash: &ContentHash) -> Option<bytes::Bytes> {
+        self.lanes.get(p)?.held.get(hash).map(|h| h.bytes.clone())
+    }
+
     /// Fraction of peers that announced our current round of `p` and hold our state.
     pub fn agreement(&self, p: usize) -> f64 {
         let lane = &self.lanes[p];

@@ -70,7 +70,7 @@ impl Lane {
         self.overtaken = None;
         self.state_hash = hash;
         self.state_bytes = OnceLock::from(bytes);
-        self.votes.set_mine(self.state.round, hash, self.state.took());
+        self.votes.set_mine(self.state.round, hash, self.state.took(), self.state.parent);
         self.closed_round = self.closed_round.max(new_round);
         let pending = self.open.as_ref().map(|o| self.pending_for(o.round, w));
         if let (Some(o), Some(pending)) = (self.open.as_mut(), pending) {

@@ -32,18 +32,18 @@ fn a_tie_goes_to_the_wider_merge_and_a_false_claim_is_named() {
     let (a, b, c) = (ContentHash([1; 32]), ContentHash([2; 32]), ContentHash([3; 32]));
     let mut v = Votes::new(PeerId(0), 10);
     (1..=5).for_each(|p| v.credit(PeerId(p), 5));
-    v.set_mine(5, a, 3);
+    v.set_mine(5, a, 3, ContentHash::default());
     v.record(PeerId(1), 5, b);
-    v.claim(PeerId(1), 5, b, 9);
+    v.claim(PeerId(1), 5, b, Some(9), None);
     v.record(PeerId(2), 5, c);
     assert_eq!(v.leader(5).unwrap().hash, b, "9 contributions beat 3 and none");
     v.record(PeerId(3), 5, c);
     assert_eq!(v.leader(5).unwrap().hash, c, "two holders beat a wider merge");
     v.record(PeerId(4), 5, a);
-    v.claim(PeerId(4), 5, a, 12);
-    v.claim(PeerId(2), 5, c, 5);
+    v.claim(PeerId(4), 5, a, Some(12), None);
+    v.claim(PeerId(2), 5, c, Some(5), None);
     assert_eq!(v.leader(5).unwrap().hash, c, "a holder's larger claim raised mine");
-    v.claim(PeerId(2), 5, c, 2);
+    v.claim(PeerId(2), 5, c, Some(2), None);
     assert_eq!(v.leader(5).unwrap().hash, a, "3 beats 2 at two holders each");
     assert_eq!(v.misclaimed(5, a, 3), vec![PeerId(4)], "this peer's own claim is not checked");
     assert_eq!(v.misclaimed(5, a, 12), vec![]);
@@ -51,10 +51,10 @@ fn a_tie_goes_to_the_wider_merge_and_a_false_claim_is_named() {
     // A new vote drops the claim made for the old one; a claim for another vote than
     // the latest is not kept.
     v.record(PeerId(1), 6, b);
-    v.claim(PeerId(1), 6, b, 4);
+    v.claim(PeerId(1), 6, b, Some(4), None);
     assert_eq!(v.misclaimed(6, b, 0), vec![PeerId(1)]);
     v.record(PeerId(1), 6, c);
-    v.claim(PeerId(1), 6, b, 4);
+    v.claim(PeerId(1), 6, b, Some(4), None);
     assert_eq!(v.misclaimed(6, c, 0), vec![]);
 }
 
@@ -162,7 +162,7 @@ fn our_own_vote_lapses_with_our_credit() {
     // swarm's older state replaces our newer vote.
     v.record(me, 8, b);
     assert!(v.latest[&me].is(9, a));
-    v.set_mine(8, b, 0);
+    v.set_mine(8, b, 0, ContentHash::default());
     v.credit(me, 4 + v.lapse());
     assert_eq!(v.leader(8).unwrap().holders, vec![me, PeerId(1)]);
 }
@@ -226,10 +226,10 @@ mod mirrored_credits {
             for op in ops {
                 match op {
                     Op::Record(p, r, h) => v.record(PeerId(p), r, hash(h)),
-                    Op::Claim(p, r, h, t) => v.claim(PeerId(p), r, hash(h), t),
+                    Op::Claim(p, r, h, t) => v.claim(PeerId(p), r, hash(h), Some(t), None),
                     Op::Credit(p, r) => v.credit(PeerId(p), r),
                     Op::Discredit(p) => v.discredit(PeerId(p)),
-                    Op::Mine(r, h) => v.set_mine(r, hash(h), 1),
+                    Op::Mine(r, h) => v.set_mine(r, hash(h), 1, ContentHash::default()),
                     Op::Prune(r, k) => v.prune(r, k, 1),
                 }
                 for (p, vote) in &v.latest {

@@ -247,6 +247,7 @@ fn extreme_numbers_panic_nothing() {
         size: 1,
         took: None,
         recipe: None,
+        parent: None,
     };
     p.handle(Event::Message { from: PeerId(66), msg: Message::State(s) }, t + 2);
     for at in [t + 3, u64::MAX / 2, u64::MAX] {
@@ -329,7 +330,7 @@ mod generated {
                             fragment,
                             round,
                             hash: ContentHash::of(&round.to_le_bytes()),
-                            size: tokens, took: None, recipe: None,
+                            size: tokens, took: None, recipe: None, parent: None,
                         };
                         p.handle(Event::Message { from: sender, msg: Message::State(s) }, now)
                     }

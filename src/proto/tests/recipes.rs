@@ -108,7 +108,15 @@ fn a_state_whose_parent_was_never_held_here_is_recomputed_through_that_parent() 
         let size = state.wire_len() as u64;
         let recipe = Some(recipe_of(state));
         let took = Some(state.took());
-        let s = StateAnnounce { fragment: 0, round: state.round, hash, size, took, recipe };
+        let s = StateAnnounce {
+            fragment: 0,
+            round: state.round,
+            hash,
+            size,
+            took,
+            recipe,
+            parent: Some(state.parent),
+        };
         for v in [2, 3, 4] {
             let msg = Message::State(s.clone());
             p.handle(Event::Message { from: PeerId(v), msg }, now);

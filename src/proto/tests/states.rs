@@ -175,8 +175,15 @@ fn announce_state(
     let hash = state.hash();
     let size = state.wire_len() as u64;
     let took = Some(state.took());
-    let s =
-        StateAnnounce { fragment: 0, round: state.round, hash, size, took, recipe: Some(recipe) };
+    let s = StateAnnounce {
+        fragment: 0,
+        round: state.round,
+        hash,
+        size,
+        took,
+        recipe: Some(recipe),
+        parent: Some(state.parent),
+    };
     let mut out = Vec::new();
     for &v in voters {
         let msg = Message::State(s.clone());
@@ -362,7 +369,15 @@ fn announce_took(
 ) -> Vec<Output> {
     let bytes: Bytes = state.to_bytes().into();
     let (hash, size) = (ContentHash::of(&bytes), bytes.len() as u64);
-    let s = StateAnnounce { fragment: 0, round: 1, hash, size, took: Some(took), recipe: None };
+    let s = StateAnnounce {
+        fragment: 0,
+        round: 1,
+        hash,
+        size,
+        took: Some(took),
+        recipe: None,
+        parent: None,
+    };
     let from = PeerId(from);
     let mut out = p.handle(Event::Message { from, msg: Message::State(s) }, now);
     out.extend(p.handle(Event::Timer(Timer::Reconcile { fragment: 0, round: 1 }), now));
