@@ -13,9 +13,11 @@
 //! (`proto::sampling`). `--expected` gives sampled runs the swarm's size in the manifest
 //! (`expected_peers`), so round 1 is sampled too.
 //!
-//! `--vote-minority [--sybils 5] [--peers 8] [--cycles 12] [--seeds 12]` instead runs a
-//! credited minority of voters against states nobody can recompute, at merge lags 0 and 1
-//! (issue 21; bench/RESULTS.md, "A credited minority's unverifiable state").
+//! `--vote-minority [--sybils 5] [--peers 8] [--cycles 12] [--seeds 12] [--unserved]` instead
+//! runs a credited minority of voters against states nobody can recompute, at merge lags 0
+//! (strict states on and off) and 1 (issue 21; bench/RESULTS.md, "A credited minority's
+//! unverifiable state", "Strict states"). The forged state names a made-up parent, or with
+//! `--unserved` the honest parent and deltas nobody holds.
 
 use atoll::delta::Codec;
 use atoll::proto::MergeRule;
@@ -42,7 +44,12 @@ fn main() {
         let peers = value("--peers").and_then(|s| s.parse().ok()).unwrap_or(8);
         let cycles = value("--cycles").and_then(|s| s.parse().ok()).unwrap_or(12);
         let seeds = value("--seeds").and_then(|s| s.parse().ok()).unwrap_or(12);
-        return vote_minority(peers, sybils, cycles, seeds);
+        let forged = if args.iter().any(|a| a == "--unserved") {
+            Forgery::UnservedLog
+        } else {
+            Forgery::ForgedLog
+        };
+        return vote_minority(peers, sybils, forged, cycles, seeds);
     }
     if args.iter().any(|a| a == "--sampling") {
         let sizes: Vec<usize> = value("--sizes")
@@ -203,19 +210,19 @@ fn sampling(
 /// honest peer can recompute. With `sybils` + 1 below the honest peers' count they are a
 /// minority of the credited voters. Per merge lag: the adoptions of states of no known
 /// lineage by honest peers, and the honest anchors' loss against the same seeds unattacked.
-fn vote_minority(peers: usize, sybils: usize, cycles: u64, seeds: u64) {
+fn vote_minority(peers: usize, sybils: usize, forged: Forgery, cycles: u64, seeds: u64) {
     let honest = peers - 1;
     println!(
-        "{honest} honest peers, 1 attacker + {sybils} Sybils, {cycles} cycles, seeds 1..={seeds}"
+        "{honest} honest peers, 1 attacker + {sybils} Sybils ({forged:?}), {cycles} cycles, seeds 1..={seeds}"
     );
-    println!("| merge lag | forged adoptions (all seeds) | seeds with one | honest loss, attacked (median) | unattacked (median) |");
-    println!("|---:|---:|---:|---:|---:|");
-    for lag in [0, 1] {
+    println!("| merge lag | strict states | forged adoptions (all seeds) | seeds with one | honest loss, attacked (median) | unattacked (median) |");
+    println!("|---:|---|---:|---:|---:|---:|");
+    for (lag, strict) in [(0, true), (0, false), (1, true)] {
         let run = |seed: u64, hostile: bool| {
             let mut cfg = SimConfig::new(peers, seed);
             cfg.settings.merge_lag = lag;
+            cfg.settings.strict_states = strict;
             if hostile {
-                let forged = Forgery::ForgedLog;
                 cfg.hostile = vec![(0, Attack::VoteTakeover { sybils, forged, earn_credit: true })];
             }
             let mut sim = Sim::new(cfg).unwrap_or_else(|e| panic!("{e}"));
@@ -235,7 +242,7 @@ fn vote_minority(peers: usize, sybils: usize, cycles: u64, seeds: u64) {
             v[v.len() / 2]
         };
         println!(
-            "| {lag} | {adopted} | {hit}/{seeds} | {:.3e} | {:.3e} |",
+            "| {lag} | {strict} | {adopted} | {hit}/{seeds} | {:.3e} | {:.3e} |",
             median(&mut attacked),
             median(&mut clean)
         );

@@ -242,23 +242,35 @@ impl Protocol {
                 self.metrics.forged_states += 1;
                 return self.reject(from, hash, Offence::ForgedState, detail, out);
             }
+            // Made on a parent held here, it lacks only deltas: they are fetched and the
+            // state checked again (src/proto/check.rs); one that cannot be checked is not
+            // taken on votes, which colluders cast the moment they merge.
+            Evidence::Unverifiable if strict && lane.holds(state.parent) => {
+                if !self.start_check(from, hash, &bytes, &state, p, voted_round, now, out) {
+                    self.refuse_unbacked(from, hash, now);
+                }
+                return;
+            }
             // Nothing to check it against: a plurality is not enough, or two credited
             // voters would impose any state on a swarm whose honest votes are spread one or
             // two to a state (each peer's own merge, at merge lag 0). At least half of the
-            // round's counted voters holding it is.
+            // counted voters holding it is.
             Evidence::Unverifiable if lane.votes.backed(voted_round, hash) => {}
             // So is a lineage: most of the round's counted voters hold states merged on its
             // parent, which this peer never held (its own lineage went another way: a healed
             // partition, or a round it merged with another set). It follows the state that
             // leads among them, or a swarm split into many states would never join again.
             // Not for a peer without a lineage of its own (a joiner, a restarted or
-            // far-behind peer), nor for a state made on a parent held here: that one lacks
-            // only deltas, and a forgery that lists deltas nobody can serve is made so.
-            Evidence::Unverifiable if !joining && lane.lineage_backs(voted_round, &state) => {}
+            // far-behind peer), nor for one of that lineage (see `lineage_backs`), nor for
+            // a state that lists deltas nobody announced (`plausible`).
+            Evidence::Unverifiable
+                if !joining
+                    && lane.lineage_backs(voted_round, &state)
+                    && lane.plausible(&state) => {}
             // Without strict states, an up-to-date peer takes the plurality's state.
             Evidence::Unverifiable if !joining && !strict => {}
-            // A state made on a parent held here lacks only deltas: fetched, and the state
-            // checked again (src/proto/check.rs).
+            // Otherwise refused (a peer without strict states that holds the parent, a
+            // joiner, checks it first).
             Evidence::Unverifiable => {
                 if !self.start_check(from, hash, &bytes, &state, p, voted_round, now, out) {
                     self.refuse_unbacked(from, hash, now);

@@ -8,8 +8,8 @@
 //! forgery, whoever voted for it. A competing state whose parent this peer never held
 //! (it merged the round before with another set, then merged again on top) is recomputed
 //! through that parent: from the state before it and the parent's own recipe. A state
-//! nobody here can recompute (another lineage, a late joiner, a delta we never got) is
-//! adopted only with at least half of the round's counted voters behind it, not a mere
+//! made on a held parent that lists deltas this peer never got is checked by fetching them
+//! (src/proto/check.rs); one of another lineage is weighed on its votes, never a mere
 //! plurality (src/proto/catchup.rs).
 //!
 //! The same recomputation saves the fetch: a state announcement carries the state's
@@ -239,16 +239,32 @@ impl Lane {
         }
     }
 
+    /// Whether every contribution `new`'s last merge lists is one this peer holds or heard
+    /// its author announce: an honest merge takes nothing else, and a state that lists
+    /// deltas nobody announced (made up to be impossible to check) is not taken on a
+    /// lineage's votes. (An announcement lost on the way costs an honest state one round.)
+    pub(super) fn plausible(&self, new: &FragmentState) -> bool {
+        let Some((_, ids)) = new.log.back().filter(|(r, _)| *r == new.round) else {
+            return false;
+        };
+        let announced: FastSet<&ContentHash> = self.claims.values().collect();
+        ids.iter().all(|h| self.listed_delta(h).is_some() || announced.contains(h))
+    }
+
     /// Whether this peer holds the state named `parent`.
     pub(super) fn holds(&self, parent: ContentHash) -> bool {
         self.base(parent).is_some()
     }
 
     /// Whether most of `round`'s counted voters hold states they claim were merged on the
-    /// parent `new` names, a state this peer does not hold (see `accept_state`).
+    /// parent `new` names, a state this peer does not hold and its own state was not merged
+    /// on (see `accept_state`). A peer of that lineage that no longer holds the parent (it
+    /// adopted a sibling, and let the parent go) has nothing to learn from the others'
+    /// votes: a state made up on the lineage's parent would win them.
     pub(super) fn lineage_backs(&self, round: u64, new: &FragmentState) -> bool {
         let (kin, voters) = self.votes.lineage(round, new.parent);
-        self.base(new.parent).is_none() && 2 * kin > voters
+        let other = new.parent != self.state.parent && self.base(new.parent).is_none();
+        other && 2 * kin > voters
     }
 
     /// The state named `parent`, if this peer holds it: its own, the two before its latest

@@ -240,20 +240,53 @@ fn loss_curve_by_hostile_fraction() {
 mod colluding;
 
 /// A credited minority — the attacker and 5 Sybils that earn their votes with copies of its
-/// delta, 6 voters against 7 honest peers — voting for a state nobody can recompute: at
-/// merge lag 1 no honest peer takes it and the honest peers end on one state. (At lag 0
-/// two such voters impose it: SECURITY.md, "A forged state nobody can recompute";
-/// `cargo bench --bench sim -- --vote-minority` measures both lags.)
+/// delta, 6 voters against 7 honest peers — voting for a state that names a parent nobody
+/// holds: no honest peer takes it and the honest peers end on one state, at merge lag 1
+/// and at lag 0 with strict states (the default). Without them, at lag 0, two such voters
+/// impose it (SECURITY.md, "A forged state nobody can recompute"; the bench's
+/// `--vote-minority` measures every case).
 #[test]
-fn a_credited_minority_cannot_impose_a_state_nobody_can_recompute_at_lag_one() {
+fn a_credited_minority_cannot_impose_a_state_nobody_can_recompute() {
     let seed = seed_from_env(76);
     let a = Attack::VoteTakeover { sybils: 5, forged: Forgery::ForgedLog, earn_credit: true };
+    for lag in [1, 0] {
+        let mut cfg = SimConfig::new(PEERS, seed);
+        cfg.settings.merge_lag = lag;
+        let clean = run_config(cfg.clone(), &[]);
+        cfg.hostile = vec![(seat(seed), a)];
+        let o = run_config(cfg, &[]);
+        eprintln!(
+            "seed {seed} lag {lag}: {:?}, honest loss by cycle {:?}",
+            o.sim.stats.offences, o.curve
+        );
+        let adopted = o.sim.stats.unknown_lineage;
+        assert_eq!(adopted, 0, "seed {seed} lag {lag}: a made-up state was adopted");
+        // At lag 1 as low as ever; at lag 0 within twice the unattacked run's.
+        let bound = if lag == 1 { 0.1 * o.curve[0] } else { 2.0 * clean.loss };
+        assert!(o.loss < bound, "seed {seed} lag {lag}: {} against {}", o.loss, clean.loss);
+        // At lag 0 the honest peers, refusing the colluders' state round after round, may
+        // end a run on states of their own (measured in bench/RESULTS.md, "Strict states").
+        if lag == 1 {
+            let one = o.distinct.iter().flatten().all(|&d| d == 1);
+            assert!(one, "seed {seed}: {:?}", o.distinct);
+        }
+    }
+}
+
+/// The same minority of two (an attacker and one Sybil) voting for a state made on the
+/// honest parent whose log lists deltas nobody holds: a peer that holds the parent fetches
+/// the listed deltas to check it (src/proto/check.rs), none comes, and the state is not
+/// adopted — at lag 0, where the honest votes are spread one or two to a state.
+#[test]
+fn a_state_listing_deltas_nobody_serves_is_not_adopted_at_lag_zero() {
+    let seed = seed_from_env(77);
+    let a = Attack::VoteTakeover { sybils: 1, forged: Forgery::UnservedLog, earn_credit: true };
     let mut cfg = SimConfig::new(PEERS, seed);
-    cfg.settings.merge_lag = 1;
+    cfg.settings.merge_lag = 0;
+    let clean = run_config(cfg.clone(), &[]);
     cfg.hostile = vec![(seat(seed), a)];
     let o = run_config(cfg, &[]);
-    eprintln!("seed {seed}: {:?}, honest loss by cycle {:?}", o.sim.stats.offences, o.curve);
-    assert_eq!(o.sim.stats.unknown_lineage, 0, "seed {seed}: a made-up state was adopted");
-    assert!(o.distinct.iter().flatten().all(|&d| d == 1), "seed {seed}: {:?}", o.distinct);
-    assert!(o.loss < 0.1 * o.curve[0], "seed {seed}: {:?}", o.curve);
+    eprintln!("seed {seed}: honest loss {} (unattacked {})", o.loss, clean.loss);
+    assert_eq!(o.sim.stats.unknown_lineage, 0, "seed {seed}: a forged state was adopted");
+    assert!(o.loss < 2.0 * clean.loss, "seed {seed}: {} against {}", o.loss, clean.loss);
 }
