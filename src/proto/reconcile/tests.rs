@@ -23,6 +23,41 @@ fn majority_then_smallest_hash_wins() {
     assert!(v.leader(5).is_none());
 }
 
+/// The state to follow is picked within the lineage most of the round's voters claim:
+/// two colluders on one state of a made-up parent lead a plain plurality over honest
+/// votes spread one to a state, not the pick; a refused state leaves the pick to the next;
+/// a lineage, a false parent claim and the parent's voters are counted as claimed.
+#[test]
+fn the_pick_stays_within_the_majority_lineage() {
+    let hash = |i: u8| ContentHash([i; 32]);
+    let (honest, made_up) = (hash(100), hash(200));
+    let mut v = Votes::new(PeerId(0), 10);
+    (1..=5).for_each(|p| v.credit(PeerId(p), 5));
+    v.set_mine(5, hash(3), 2, honest);
+    for (p, h) in [(1, 1), (2, 2)] {
+        v.record(PeerId(p), 5, hash(h));
+        v.claim(PeerId(p), 5, hash(h), Some(2), Some(honest));
+    }
+    for p in [4, 5] {
+        v.record(PeerId(p), 5, hash(9));
+        v.claim(PeerId(p), 5, hash(9), Some(2), Some(made_up));
+    }
+    assert_eq!(v.leader(5).unwrap().hash, hash(9), "two holders lead a plain plurality");
+    let pick = v.leader_where(5, |_| false).unwrap();
+    assert_eq!((pick.hash, pick.voters), (hash(1), 5), "the pick left the majority lineage");
+    let next = v.leader_where(5, |h| *h == hash(1)).unwrap();
+    assert_eq!(next.hash, hash(2), "a refused state did not leave the pick to the next");
+    assert_eq!(v.lineage(5, honest), (3, 5));
+    assert_eq!(v.lineage(5, made_up), (2, 5));
+    assert_eq!(v.kin(5, made_up), vec![PeerId(4), PeerId(5)]);
+    assert_eq!(v.misparented(5, hash(9), honest), vec![PeerId(4), PeerId(5)]);
+    assert_eq!(v.misparented(5, hash(9), made_up), vec![]);
+    // Without a lineage of most voters, the pick is the plurality's.
+    v.record(PeerId(1), 5, hash(9));
+    v.claim(PeerId(1), 5, hash(9), Some(2), Some(made_up));
+    assert_eq!(v.leader_where(5, |_| false).unwrap().hash, hash(9));
+}
+
 /// Between states with as many holders, the one whose holders claim the wider merge
 /// wins (the least claim of its holders counts, so a liar cannot raise an honest
 /// state's), then the smallest hash; a holder whose claim the state's log does not

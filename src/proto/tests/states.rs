@@ -421,3 +421,27 @@ fn a_false_count_does_not_win_a_tie() {
     assert!(offences(&out).is_empty(), "{out:?}");
     assert_eq!(p.state(0), &theirs, "the wider merge did not win the tie");
 }
+
+/// A holder that names another parent than the fetched state's own loses its vote and is
+/// reported, as one that claims another count does: a false parent would lend the state a
+/// lineage it does not have.
+#[test]
+fn a_false_parent_claim_costs_the_vote() {
+    let mut p = merged_round_one(1, &[(2, 0.1), (3, 0.2)]);
+    let mine = p.state(0).clone();
+    let theirs = merged_round_one(7, &[(2, 0.1), (3, 0.2), (5, 0.3)]).state(0).clone();
+    let bytes: Bytes = theirs.to_bytes().into();
+    let (hash, size) = (ContentHash::of(&bytes), bytes.len() as u64);
+    let elsewhere = Some(ContentHash::of(b"elsewhere"));
+    let took = Some(theirs.took());
+    let s =
+        StateAnnounce { fragment: 0, round: 1, hash, size, took, recipe: None, parent: elsewhere };
+    let from = PeerId(2);
+    let mut out = p.handle(Event::Message { from, msg: Message::State(s) }, 1200);
+    out.extend(p.handle(Event::Timer(Timer::Reconcile { fragment: 0, round: 1 }), 1200));
+    assert_eq!(fetched(&out), Some(hash), "the wider merge did not lead");
+    let out = p.handle(Event::Fetched { from, hash, bytes }, 1201);
+    assert_eq!(offences(&out), vec![Offence::ForgedState]);
+    assert_eq!(p.state(0), &mine, "adopted on a false parent");
+    assert!(!p.lanes[0].votes.counts(&from), "the false claim kept its vote");
+}
