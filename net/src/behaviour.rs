@@ -24,9 +24,10 @@ use crate::iplimit::IpLimits;
 /// Kademlia protocol name: our own DHT, never merged with the public IPFS one.
 pub const KAD_PROTOCOL: StreamProtocol = StreamProtocol::new("/atoll/kad/1.0.0");
 /// Identify protocol version: the generation of atoll's wire formats (2: binary gossip
-/// announcements; 3: two-byte gossip envelopes and short topic names). Peers announcing
-/// another one are counted and ignored.
-pub const IDENTIFY_PROTOCOL_VERSION: &str = "/atoll/3.0.0";
+/// announcements; 3: two-byte gossip envelopes and short topic names; 4: state
+/// announcements that name their parent, message version 3). Peers announcing another one
+/// are counted and ignored (they would refuse each other's messages as malformed).
+pub const IDENTIFY_PROTOCOL_VERSION: &str = "/atoll/4.0.0";
 /// Concurrent blob streams per connection (bounds memory of in-flight chunks).
 pub const MAX_BLOB_STREAMS: usize = 64;
 

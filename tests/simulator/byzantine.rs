@@ -242,7 +242,7 @@ mod colluding;
 /// A credited minority — the attacker and 5 Sybils that earn their votes with copies of its
 /// delta, 6 voters against 7 honest peers — voting for a state that names a parent nobody
 /// holds: no honest peer takes it and the honest peers end on one state, at merge lag 1
-/// and at lag 0 with strict states (the default). Without them, at lag 0, two such voters
+/// and at lag 0 with strict states (`strict_states`). Without them, at lag 0, two such voters
 /// impose it (SECURITY.md, "A forged state nobody can recompute"; the bench's
 /// `--vote-minority` measures every case).
 #[test]
@@ -252,6 +252,7 @@ fn a_credited_minority_cannot_impose_a_state_nobody_can_recompute() {
     for lag in [1, 0] {
         let mut cfg = SimConfig::new(PEERS, seed);
         cfg.settings.merge_lag = lag;
+        cfg.settings.strict_states = true;
         let clean = run_config(cfg.clone(), &[]);
         cfg.hostile = vec![(seat(seed), a)];
         let o = run_config(cfg, &[]);
@@ -283,6 +284,7 @@ fn a_state_listing_deltas_nobody_serves_is_not_adopted_at_lag_zero() {
     let a = Attack::VoteTakeover { sybils: 1, forged: Forgery::UnservedLog, earn_credit: true };
     let mut cfg = SimConfig::new(PEERS, seed);
     cfg.settings.merge_lag = 0;
+    cfg.settings.strict_states = true;
     let clean = run_config(cfg.clone(), &[]);
     cfg.hostile = vec![(seat(seed), a)];
     let o = run_config(cfg, &[]);

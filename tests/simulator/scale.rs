@@ -14,12 +14,6 @@ fn thousand_peers_with_churn_agree() {
     let mut cfg = SimConfig::new(peers, seed).tiny_and_fast();
     cfg.track_lineage = false;
     cfg.net.loss = 0.01;
-    // Strict states (the default) pick the state to follow within the majority lineage and
-    // check states before adopting them: at lag 0 a thousand peers' votes then scatter one
-    // to a state, the leader has a single holder, and the swarm does not agree within these
-    // cycles (bench/RESULTS.md, "Strict states"). This test keeps the plurality rule's
-    // catch-up at scale; the byzantine tests hold strict states to their bound.
-    cfg.settings.strict_states = false;
     let started = Instant::now();
     let mut sim = Sim::new(cfg).unwrap();
     // Nothing happens before round 1 opens at T.

@@ -346,12 +346,7 @@ fn a_state_fetched_too_late_to_adopt_is_the_parent_the_next_one_is_recomputed_fr
     merge_round(&mut q, 2, &round_two);
     assert_eq!(p.state(0).round, 2);
     let (from, hash, bytes) = (PeerId(2), theirs1.hash(), theirs1.to_bytes().into());
-    let out = p.handle(Event::Fetched { from, hash, bytes }, 2150);
-    // It lists peer 4's delta, which this peer never got: fetched to check the state.
-    let (four, bytes) = delta_by(4, 1, 0.3);
-    assert_eq!(fetched(&out), Some(four.hash), "the state was not checked");
-    p.handle(Event::Fetched { from, hash: four.hash, bytes }, 2160);
-    assert_eq!(p.metrics().state_checks, 1);
+    p.handle(Event::Fetched { from, hash, bytes }, 2150);
     assert_eq!(p.metrics().adoptions, 0, "a state older than its own was adopted");
 
     // The swarm's round-2 state names the late one as its parent: recomputed, not fetched.
@@ -364,14 +359,12 @@ fn a_state_fetched_too_late_to_adopt_is_the_parent_the_next_one_is_recomputed_fr
 }
 
 /// Voter `from` announces `state` claiming its merge took `took` contributions, and
-/// reconciliation runs; the peer gets the state if it chases it, and the deltas of
-/// `listed` (by hash) that it asks for to check the state.
+/// reconciliation runs; the peer gets the state if it chases it.
 fn announce_took(
     p: &mut Protocol,
     from: u64,
     state: &FragmentState,
     took: u32,
-    listed: &[(ContentHash, Bytes)],
     now: Millis,
 ) -> Vec<Output> {
     let bytes: Bytes = state.to_bytes().into();
@@ -389,13 +382,7 @@ fn announce_took(
     let mut out = p.handle(Event::Message { from, msg: Message::State(s) }, now);
     out.extend(p.handle(Event::Timer(Timer::Reconcile { fragment: 0, round: 1 }), now));
     if fetched(&out) == Some(hash) {
-        let more = p.handle(Event::Fetched { from, hash, bytes }, now + 1);
-        // A delta the state lists and this peer lacks is fetched to check it.
-        if let Some((_, bytes)) = listed.iter().find(|(h, _)| fetched(&more) == Some(*h)) {
-            let hash = ContentHash::of(bytes);
-            out.extend(p.handle(Event::Fetched { from, hash, bytes: bytes.clone() }, now + 2));
-        }
-        out.extend(more);
+        out.extend(p.handle(Event::Fetched { from, hash, bytes }, now + 1));
     }
     out
 }
@@ -409,15 +396,13 @@ fn a_false_count_does_not_win_a_tie() {
     let mine = p.state(0).clone();
     let theirs = merged_round_one(7, &[(2, 0.1), (3, 0.2), (5, 0.3)]).state(0).clone();
     assert_eq!((mine.took(), theirs.took()), (2, 3));
-    let (five, bytes) = delta_by(5, 1, 0.3);
-    let listed = [(five.hash, bytes)];
-    let lie = announce_took(&mut p, 2, &theirs, 9, &listed, 1200);
+    let lie = announce_took(&mut p, 2, &theirs, 9, 1200);
     assert_eq!(fetched(&lie), Some(theirs.hash()), "a wider claim did not win the tie");
     assert_eq!(offences(&lie), vec![Offence::ForgedState]);
     assert_eq!(p.state(0), &mine, "adopted on a false count");
-    let out = announce_took(&mut p, 2, &theirs, 3, &listed, 1300);
+    let out = announce_took(&mut p, 2, &theirs, 3, 1300);
     assert_eq!(fetched(&out), None, "a discredited voter's claim still counted");
-    let out = announce_took(&mut p, 3, &theirs, 3, &listed, 1400);
+    let out = announce_took(&mut p, 3, &theirs, 3, 1400);
     assert!(offences(&out).is_empty(), "{out:?}");
     assert_eq!(p.state(0), &theirs, "the wider merge did not win the tie");
 }
