@@ -104,11 +104,12 @@ fn one_hostile_peer_cannot_crash_steer_or_take_over_a_swarm() {
     let tmp = common::test_dir("hostile-");
     // Unattacked runs of the same config differ by up to ~4% on their own (which deltas
     // make which round depends on timing: 3.73–3.87 measured), so the attacked run is held
-    // against the worse of two: an attack may not cost more than 5% beyond what timing
+    // against the worse of two: an attack may not cost more than 8% beyond what timing
     // alone does (an attack that steers the swarm costs +54%). The attacker is a fourth
-    // process on two cores, so the attacked run is also the slowest: in CI it ended 3.2%
-    // above the worse clean run with the attacker banned by all three (3.876 vs 3.755),
-    // here 0.0–1.9% above in three runs.
+    // process on two cores, so the attacked run is also the slowest: with the attacker
+    // banned by all three it ended 3.2% (3.876 vs 3.755) and 5.1% (4.106 vs 3.906) above
+    // the worse clean run in CI, 0.0–1.9% above in six local runs; clean runs of one
+    // binary spread 3.853–4.024 (4.4%).
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     let clean_runs: Vec<Outcome> =
         (0..2).map(|i| run(&tmp.path().join(format!("clean-{i}")), None)).collect();
@@ -122,7 +123,7 @@ fn one_hostile_peer_cannot_crash_steer_or_take_over_a_swarm() {
             "val_bpb clean {clean:?} attacked {:?}; rejected {:?}; banned by {:?}; peak RSS {} KiB",
             attacked.val_bpb, attacked.rejected, attacked.banned, attacked.peak_rss_kib
         );
-        assert!(a <= 1.05 * c, "attacked {a:.3} vs clean {c:.3}");
+        assert!(a <= 1.08 * c, "attacked {a:.3} vs clean {c:.3}");
         for offence in ["inflated_claim", "equivocation", "forged_author"] {
             let seen = attacked.rejected.get(offence).copied().unwrap_or(0);
             assert!(seen > 0, "{offence} not seen");
