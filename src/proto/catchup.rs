@@ -223,9 +223,6 @@ impl Protocol {
         if hash == lane.state_hash {
             return;
         }
-        let done = lane.state.round.max(lane.closed_round);
-        let joining = done == 0 || lane.votes.max_round() > done.saturating_add(1);
-        let strict = self.settings.raw().strict_states;
         match lane.evidence(&state, hash, &self.settings, &self.limits) {
             Evidence::Verified => {}
             Evidence::Forged(detail) => {
@@ -242,40 +239,10 @@ impl Protocol {
                 self.metrics.forged_states += 1;
                 return self.reject(from, hash, Offence::ForgedState, detail, out);
             }
-            // Made on a parent held here, it lacks only deltas: they are fetched and the
-            // state checked again (src/proto/check.rs); one that cannot be checked is not
-            // taken on votes, which colluders cast the moment they merge.
-            Evidence::Unverifiable if strict && lane.holds(state.parent) => {
-                if !self.start_check(from, hash, &bytes, &state, p, voted_round, now, out) {
-                    self.refuse_unbacked(from, hash, now);
-                }
-                return;
-            }
-            // Nothing to check it against: a plurality is not enough, or two credited
-            // voters would impose any state on a swarm whose honest votes are spread one or
-            // two to a state (each peer's own merge, at merge lag 0). At least half of the
-            // counted voters holding it is.
-            Evidence::Unverifiable if lane.votes.backed(voted_round, hash) => {}
-            // So is a lineage: most of the round's counted voters hold states merged on its
-            // parent, which this peer never held (its own lineage went another way: a healed
-            // partition, or a round it merged with another set). It follows the state that
-            // leads among them, or a swarm split into many states would never join again.
-            // Not for a peer without a lineage of its own (a joiner, a restarted or
-            // far-behind peer), nor for one of that lineage (see `lineage_backs`), nor for
-            // a state that lists deltas nobody announced (`plausible`).
-            Evidence::Unverifiable
-                if !joining
-                    && lane.lineage_backs(voted_round, &state)
-                    && lane.plausible(&state) => {}
-            // Without strict states, an up-to-date peer takes the plurality's state.
-            Evidence::Unverifiable if !joining && !strict => {}
-            // Otherwise refused (a peer without strict states that holds the parent, a
-            // joiner, checks it first).
             Evidence::Unverifiable => {
-                if !self.start_check(from, hash, &bytes, &state, p, voted_round, now, out) {
-                    self.refuse_unbacked(from, hash, now);
+                if !self.weigh_unverifiable(from, hash, &bytes, &state, p, voted_round, now, out) {
+                    return;
                 }
-                return;
             }
         }
         let lane = &mut self.lanes[p];
@@ -291,6 +258,58 @@ impl Protocol {
         }
         // The fetched bytes are the state's wire form: their hash was checked on arrival.
         out.extend(lane.adopt(self.me, state, hash, bytes, &self.settings, &mut self.metrics));
+    }
+
+    /// Whether state `hash` (fetched from `from` as `bytes`, voted for `round`), which
+    /// nothing held here recomputes yet, is to be adopted now; when not, its check was
+    /// started or it was refused.
+    #[allow(clippy::too_many_arguments)]
+    fn weigh_unverifiable(
+        &mut self,
+        from: PeerId,
+        hash: ContentHash,
+        bytes: &Bytes,
+        state: &FragmentState,
+        p: usize,
+        round: u64,
+        now: Millis,
+        out: &mut Vec<Output>,
+    ) -> bool {
+        let lane = &self.lanes[p];
+        let done = lane.state.round.max(lane.closed_round);
+        let joining = done == 0 || lane.votes.max_round() > done.saturating_add(1);
+        let strict = self.settings.raw().strict_states;
+        // At least half of the counted voters holding it: a plurality is not enough, or two
+        // credited voters would impose any state on a swarm whose honest votes are spread
+        // one or two to a state (each peer's own merge, at merge lag 0).
+        let backed = lane.votes.backed(round, hash);
+        // Or a lineage: most of the round's counted voters hold states merged on its
+        // parent, which this peer never held (its own lineage went another way: a healed
+        // partition, or a round it merged with another set). It follows the state that
+        // leads among them, or a swarm split into many states would never join again. Not
+        // for a peer without a lineage of its own (a joiner, a restarted or far-behind
+        // peer), nor for one of that lineage (see `lineage_backs`), nor for a state that
+        // lists deltas nobody announced (`plausible`).
+        let lineage = !joining && lane.lineage_backs(round, state) && lane.plausible(state);
+        let tried = lane.checked == Some(hash);
+        if strict && lane.holds(state.parent) {
+            // Made on a parent held here, it lacks only deltas: they are fetched and the
+            // state checked again (src/proto/check.rs). One that cannot be checked is not
+            // taken on votes, which colluders cast the moment they merge; one whose check
+            // failed (after seconds, when the round's votes are in) is, if backed.
+            if tried && backed {
+                return true;
+            }
+        } else if backed || lineage || (!joining && !strict) {
+            // Without strict states an up-to-date peer takes the plurality's state.
+            return true;
+        }
+        // Otherwise checked first (a state one merge away from one held here is too), and
+        // refused when it cannot be.
+        if !self.start_check(from, hash, bytes, state, p, round, now, out) {
+            self.refuse_unbacked(from, hash, now);
+        }
+        false
     }
 
     /// Refuses state `hash`, served by `from`, that nothing here can recompute and not

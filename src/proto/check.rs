@@ -7,8 +7,12 @@
 //! lists deltas nobody has. Instead the missing deltas are fetched by their full hashes
 //! (the log keeps them) from the state's holders, who merged them, into a side table the
 //! merge intake never takes from ([`super::lane::Lane::listed`]); then the state is
-//! checked again. A state listing a delta nobody serves is not adopted, and the next best
-//! state leads ([`super::reconcile::Votes::leader_where`]).
+//! checked again. A state listing a delta nobody serves is not adopted unless at least
+//! half of the round's counted voters hold it (weighed once the check failed, when the
+//! round's votes are in), and the next best state leads
+//! ([`super::reconcile::Votes::leader_where`]). A state whose parent this peer never held
+//! but which is one merge away from a state it holds is checked too: the deltas of both
+//! merges are fetched, and the parent rebuilt first ([`super::lane::Lane::evidence`]).
 //!
 //! Cheaper than it sounds: a 4-bit delta is about 0.6 bytes a parameter, a state 8, so a
 //! dozen deltas cost what the state itself did; a check that would cost more than the
@@ -48,8 +52,9 @@ pub(crate) struct Check {
 
 impl Protocol {
     /// Starts fetching the deltas `state` (fetched as `hash` from `from`, voted for
-    /// `round`) lists and this peer lacks, when it holds the state's parent, has not tried
-    /// this state already and the deltas are few; false when no check was started.
+    /// `round`) lists and this peer lacks, when it holds the state's parent (or a state the
+    /// parent may have been merged on), has not tried this state already and the deltas
+    /// are few; false when no check was started.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn start_check(
         &mut self,
@@ -63,15 +68,17 @@ impl Protocol {
         out: &mut Vec<Output>,
     ) -> bool {
         let lane = &self.lanes[p];
-        if lane.check.is_some() || lane.checked == Some(hash) || !lane.holds(state.parent) {
+        if lane.check.is_some() || lane.checked == Some(hash) {
             return false;
         }
-        let Some((_, ids)) = state.log.back().filter(|(r, _)| *r == state.round) else {
-            return false;
-        };
-        let missing: Vec<ContentHash> =
-            ids.iter().filter(|h| lane.listed_delta(h).is_none()).copied().collect();
-        let fetchable = |h: &ContentHash| !self.rejected.contains(h) && !self.blocked(h, now);
+        let Some(ids) = lane.check_ids(state) else { return false };
+        let mut missing: Vec<ContentHash> =
+            ids.into_iter().filter(|h| lane.listed_delta(h).is_none()).collect();
+        missing.sort_unstable();
+        missing.dedup();
+        // A delta given up on as a contribution (its announcers did not serve it in time)
+        // is asked of the state's holders, who merged it; one refused as malformed is not.
+        let fetchable = |h: &ContentHash| !self.rejected.contains(h);
         // Worth it while the deltas cost less than the state did (gauged by the deltas held
         // here), and while they are few enough to ask for at once.
         let typical = lane.held_bytes.checked_div(lane.held.len() as u64).unwrap_or(0).max(1);
@@ -183,7 +190,9 @@ impl Protocol {
     }
 
     /// A delta a check waited for could not be had from any holder: the state it was
-    /// listed in cannot be recomputed, and is not adopted on its votes alone.
+    /// listed in cannot be recomputed. It is weighed on its votes again, now that the
+    /// round's are in: adopted if at least half the counted voters hold it, refused
+    /// otherwise (and the next best state leads).
     pub(super) fn listed_failed(
         &mut self,
         p: usize,
@@ -197,8 +206,7 @@ impl Protocol {
         }
         let Some(c) = lane.check.take() else { return };
         lane.listed.clear();
-        lane.state_fetch = None;
-        self.refuse_unbacked(c.from, c.hash, now);
+        self.accept_state(c.from, c.hash, c.bytes, p, c.round, now, out);
         self.reconcile(p, now, out);
     }
 }

@@ -7,7 +7,8 @@
 //! is deterministic, so an honest state comes out bit for bit, and anything else is a
 //! forgery, whoever voted for it. A competing state whose parent this peer never held
 //! (it merged the round before with another set, then merged again on top) is recomputed
-//! through that parent: from the state before it and the parent's own recipe. A state
+//! through that parent: from the state before it and the parent's own merge, as the
+//! state's log lists it (a recipe names the same by short ids). A state
 //! made on a held parent that lists deltas this peer never got is checked by fetching them
 //! (src/proto/check.rs); one of another lineage is weighed on its votes, never a mere
 //! plurality (src/proto/catchup.rs).
@@ -67,7 +68,17 @@ impl Lane {
         let Some((round, ids)) = new.log.back().filter(|(r, _)| *r == new.round) else {
             return Evidence::Unverifiable;
         };
-        let Some(base) = self.base(new.parent) else { return Evidence::Unverifiable };
+        let rebuilt;
+        let base = match self.base(new.parent) {
+            Some(base) => base,
+            None => match self.rebuild_parent(new, settings, limits) {
+                Some(parent) => {
+                    rebuilt = parent;
+                    &rebuilt
+                }
+                None => return Evidence::Unverifiable,
+            },
+        };
         match self.redo(base, new.parent, *round, ids, settings, limits) {
             Ok(redone) if redone.hash() == hash => Evidence::Verified,
             Ok(_) => Evidence::Forged(format!(
@@ -76,6 +87,46 @@ impl Lane {
             )),
             Err(e) => e,
         }
+    }
+
+    /// The parent of `new`, a state this peer never held (it merged the round before with
+    /// another set, or adopted another state), recomputed from a state it holds and the
+    /// contributions `new`'s log lists for the parent's round: a competing lineage one
+    /// merge apart is checked, not weighed on its votes. `None` when no held state gives it
+    /// (or a delta is missing).
+    fn rebuild_parent(
+        &self,
+        new: &FragmentState,
+        settings: &Settings,
+        limits: &Limits,
+    ) -> Option<FragmentState> {
+        let (mid_round, mid_ids) = new.log.iter().rev().nth(1)?;
+        self.grandparents(*mid_round).find_map(|(hash, base)| {
+            let parent = self.redo(base, hash, *mid_round, mid_ids, settings, limits).ok()?;
+            (parent.hash() == new.parent).then_some(parent)
+        })
+    }
+
+    /// The held states a parent merged in `round` may have started from (older ones).
+    fn grandparents(&self, round: u64) -> impl Iterator<Item = (ContentHash, &FragmentState)> {
+        let own = std::iter::once((self.state_hash, &self.state));
+        let kept = [&self.prior, &self.prior_before, &self.overtaken]
+            .into_iter()
+            .filter_map(|s| s.as_ref().map(|(h, s)| (*h, s)));
+        own.chain(kept).filter(move |(_, s)| s.round < round)
+    }
+
+    /// The contributions a check of `new` needs: its last merge's, and where this peer does
+    /// not hold its parent but holds a state it may have been merged on, the parent's
+    /// merge's too. `None` when nothing held can start the recomputation.
+    pub(super) fn check_ids(&self, new: &FragmentState) -> Option<Vec<ContentHash>> {
+        let (_, ids) = new.log.back().filter(|(r, _)| *r == new.round)?;
+        if self.holds(new.parent) {
+            return Some(ids.clone());
+        }
+        let (mid_round, mid_ids) = new.log.iter().rev().nth(1)?;
+        self.grandparents(*mid_round).next()?;
+        Some(ids.iter().chain(mid_ids).copied().collect())
     }
 
     /// The recipe of this peer's own state: its parent and its last merge's contributions,

@@ -433,6 +433,7 @@ fn fetched_payload_bytes_are_counted_by_kind_once_they_check_out() {
 mod agreement;
 mod attacks;
 mod budgets;
+mod checks;
 mod copiers;
 mod quorum;
 mod recipes;

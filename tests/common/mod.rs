@@ -126,6 +126,9 @@ pub fn swarm_manifest(dir: &Path, name: &str) -> PathBuf {
     train.schedule.decay_steps = 2_000;
     let mut m = tiny_manifest(name, train);
     m.epoch_unix_ms = status::unix_ms();
+    // Strict states are opt-in; `ATOLL_STRICT_STATES=1` runs the swarm tests with them (a
+    // measurement: bench/RESULTS.md, "Strict states").
+    m.protocol.strict_states = std::env::var("ATOLL_STRICT_STATES").is_ok();
     write_manifest(dir.join("manifest-in.json"), &m)
 }
 
