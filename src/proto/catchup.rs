@@ -296,8 +296,9 @@ impl Protocol {
             // Made on a parent held here, it lacks only deltas: they are fetched and the
             // state checked again (src/proto/check.rs). One that cannot be checked is not
             // taken on votes, which colluders cast the moment they merge; one whose check
-            // failed (after seconds, when the round's votes are in) is, if backed.
-            if tried && backed {
+            // failed is, if most of every counted voter holds it (a minority of colluders
+            // never does, whatever share of the round's votes so far is theirs).
+            if tried && lane.votes.held_by_most(round, hash) {
                 return true;
             }
         } else if backed || lineage || (!joining && !strict) {

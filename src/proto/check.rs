@@ -7,9 +7,9 @@
 //! lists deltas nobody has. Instead the missing deltas are fetched by their full hashes
 //! (the log keeps them) from the state's holders, who merged them, into a side table the
 //! merge intake never takes from ([`super::lane::Lane::listed`]); then the state is
-//! checked again. A state listing a delta nobody serves is not adopted unless at least
-//! half of the round's counted voters hold it (weighed once the check failed, when the
-//! round's votes are in), and the next best state leads
+//! checked again. A state listing a delta nobody serves is not adopted unless most of
+//! every counted voter holds it (not only of the round's voters so far: colluders vote
+//! first), and the next best state leads
 //! ([`super::reconcile::Votes::leader_where`]). A state whose parent this peer never held
 //! but which is one merge away from a state it holds is checked too: the deltas of both
 //! merges are fetched, and the parent rebuilt first ([`super::lane::Lane::evidence`]).
@@ -76,9 +76,10 @@ impl Protocol {
             ids.into_iter().filter(|h| lane.listed_delta(h).is_none()).collect();
         missing.sort_unstable();
         missing.dedup();
-        // A delta given up on as a contribution (its announcers did not serve it in time)
-        // is asked of the state's holders, who merged it; one refused as malformed is not.
-        let fetchable = |h: &ContentHash| !self.rejected.contains(h);
+        // Not a delta refused as malformed, nor one given up on (its announcers did not
+        // serve it): asking the state's holders for it again let an unserved log through
+        // (bench/RESULTS.md, "Strict states").
+        let fetchable = |h: &ContentHash| !self.rejected.contains(h) && !self.blocked(h, now);
         // Worth it while the deltas cost less than the state did (gauged by the deltas held
         // here), and while they are few enough to ask for at once.
         let typical = lane.held_bytes.checked_div(lane.held.len() as u64).unwrap_or(0).max(1);
@@ -190,9 +191,8 @@ impl Protocol {
     }
 
     /// A delta a check waited for could not be had from any holder: the state it was
-    /// listed in cannot be recomputed. It is weighed on its votes again, now that the
-    /// round's are in: adopted if at least half the counted voters hold it, refused
-    /// otherwise (and the next best state leads).
+    /// listed in cannot be recomputed. It is weighed on its votes again: adopted if most of
+    /// every counted voter holds it, refused otherwise (and the next best state leads).
     pub(super) fn listed_failed(
         &mut self,
         p: usize,

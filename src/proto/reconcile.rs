@@ -310,6 +310,14 @@ impl Votes {
         self.leader(round).is_some_and(|l| l.hash == hash && 2 * l.holders.len() >= l.voters)
     }
 
+    /// Whether more than half of every counted voter (of any round: a credited peer whose
+    /// vote for `round` is not in yet counts against) holds `hash` for `round`: what a
+    /// state whose check failed needs. Colluders vote the moment they merge, so a share of
+    /// the round's voters can be theirs before the honest votes arrive.
+    pub fn held_by_most(&self, round: u64, hash: ContentHash) -> bool {
+        2 * self.holders(round, hash).len() > self.counted().count()
+    }
+
     /// Highest round anyone announced (0 if none).
     pub fn max_round(&self) -> u64 {
         self.max_round
