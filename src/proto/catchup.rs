@@ -1,6 +1,7 @@
 //! Reconciliation and catch-up (DESIGN.md §3.2): votes, "am I behind?", fetching and
 //! adopting the majority's state.
 
+use super::check::Offer;
 use super::core::{misbehaved, Protocol};
 use super::evidence::Evidence;
 use super::fasthash::FastSet;
@@ -204,9 +205,21 @@ impl Protocol {
         now: Millis,
         out: &mut Vec<Output>,
     ) {
+        self.accept_offer(Offer { from, hash, bytes, round: voted_round }, p, now, out);
+    }
+
+    /// [`Self::accept_state`] of a state held as an [`Offer`] (one a check waited on).
+    pub(super) fn accept_offer(
+        &mut self,
+        offer: Offer,
+        p: usize,
+        now: Millis,
+        out: &mut Vec<Output>,
+    ) {
+        let Offer { from, hash, ref bytes, round: voted_round } = offer;
         let lane = &mut self.lanes[p];
         lane.state_fetch = None;
-        let state = match FragmentState::from_bytes(&bytes, &lane.spec) {
+        let state = match FragmentState::from_bytes(bytes, &lane.spec) {
             Ok(s) => s,
             Err(e) => return self.reject(from, hash, Offence::BadPayload, e.to_string(), out),
         };
@@ -240,7 +253,7 @@ impl Protocol {
                 return self.reject(from, hash, Offence::ForgedState, detail, out);
             }
             Evidence::Unverifiable => {
-                if !self.weigh_unverifiable(from, hash, &bytes, &state, p, voted_round, now, out) {
+                if !self.weigh_unverifiable(&offer, &state, p, now, out) {
                     return;
                 }
             }
@@ -257,24 +270,27 @@ impl Protocol {
             return;
         }
         // The fetched bytes are the state's wire form: their hash was checked on arrival.
-        out.extend(lane.adopt(self.me, state, hash, bytes, &self.settings, &mut self.metrics));
+        out.extend(lane.adopt(
+            self.me,
+            state,
+            hash,
+            offer.bytes,
+            &self.settings,
+            &mut self.metrics,
+        ));
     }
 
-    /// Whether state `hash` (fetched from `from` as `bytes`, voted for `round`), which
-    /// nothing held here recomputes yet, is to be adopted now; when not, its check was
-    /// started or it was refused.
-    #[allow(clippy::too_many_arguments)]
+    /// Whether `state` (fetched as `offer`), which nothing held here recomputes yet, is to
+    /// be adopted now; when not, its check was started or it was refused.
     fn weigh_unverifiable(
         &mut self,
-        from: PeerId,
-        hash: ContentHash,
-        bytes: &Bytes,
+        offer: &Offer,
         state: &FragmentState,
         p: usize,
-        round: u64,
         now: Millis,
         out: &mut Vec<Output>,
     ) -> bool {
+        let Offer { from, hash, round, .. } = *offer;
         let lane = &self.lanes[p];
         let done = lane.state.round.max(lane.closed_round);
         let joining = done == 0 || lane.votes.max_round() > done.saturating_add(1);
@@ -307,7 +323,7 @@ impl Protocol {
         }
         // Otherwise checked first (a state one merge away from one held here is too), and
         // refused when it cannot be.
-        if !self.start_check(from, hash, bytes, state, p, round, now, out) {
+        if !self.start_check(offer, state, p, now, out) {
             self.refuse_unbacked(from, hash, now);
         }
         false

@@ -37,36 +37,39 @@ pub(super) const MAX_LISTED_FETCHES: usize = 256;
 /// merged it, or checked it themselves); other holders of the round's lineage have most.
 const MAX_CHECK_SOURCES: usize = 32;
 
-/// A fetched state waiting for the deltas its log lists.
+/// A fetched state being weighed for adoption.
 #[derive(Debug, Clone)]
-pub(crate) struct Check {
+pub(crate) struct Offer {
     /// Who served the state.
     pub from: PeerId,
     pub hash: ContentHash,
+    /// Its wire form.
     pub bytes: Bytes,
     /// The round it was voted for.
     pub round: u64,
+}
+
+/// A fetched state waiting for the deltas its log lists.
+#[derive(Debug, Clone)]
+pub(crate) struct Check {
+    pub offer: Offer,
     /// Listed deltas not here yet.
     pub waiting: Vec<ContentHash>,
 }
 
 impl Protocol {
-    /// Starts fetching the deltas `state` (fetched as `hash` from `from`, voted for
-    /// `round`) lists and this peer lacks, when it holds the state's parent (or a state the
+    /// Starts fetching the deltas `state` (fetched as `offer`) lists and this peer lacks, when it holds the state's parent (or a state the
     /// parent may have been merged on), has not tried this state already and the deltas
     /// are few; false when no check was started.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn start_check(
         &mut self,
-        from: PeerId,
-        hash: ContentHash,
-        bytes: &Bytes,
+        offer: &Offer,
         state: &FragmentState,
         p: usize,
-        round: u64,
         now: Millis,
         out: &mut Vec<Output>,
     ) -> bool {
+        let Offer { from, hash, ref bytes, round } = *offer;
         let lane = &self.lanes[p];
         if lane.check.is_some() || lane.checked == Some(hash) {
             return false;
@@ -111,7 +114,7 @@ impl Protocol {
         lane.checked = Some(hash);
         lane.state_fetch = Some(hash);
         let waiting = missing.clone();
-        lane.check = Some(Check { from, hash, bytes: bytes.clone(), round, waiting });
+        lane.check = Some(Check { offer: offer.clone(), waiting });
         for h in missing {
             // One already on its way (as a contribution) is waited for, not fetched twice.
             if !self.in_flight.contains_key(&h) {
@@ -173,11 +176,12 @@ impl Protocol {
         if !check.waiting.is_empty() {
             return;
         }
-        let Some(c) = lane.check.take() else { return };
-        self.accept_state(c.from, c.hash, c.bytes, p, c.round, now, out);
+        let Some(Check { offer, .. }) = lane.check.take() else { return };
+        let hash = offer.hash;
+        self.accept_offer(offer, p, now, out);
         let lane = &mut self.lanes[p];
         let listed = std::mem::take(&mut lane.listed);
-        if lane.state_hash == c.hash {
+        if lane.state_hash == hash {
             // Adopted: the deltas are this peer's now, as if it had merged them, and it
             // offers them to the next peer that checks the same state.
             for (h, mut d) in listed {
@@ -204,9 +208,9 @@ impl Protocol {
         if !lane.check.as_ref().is_some_and(|c| c.waiting.contains(&hash)) {
             return;
         }
-        let Some(c) = lane.check.take() else { return };
+        let Some(Check { offer, .. }) = lane.check.take() else { return };
         lane.listed.clear();
-        self.accept_state(c.from, c.hash, c.bytes, p, c.round, now, out);
+        self.accept_offer(offer, p, now, out);
         self.reconcile(p, now, out);
     }
 }
