@@ -307,6 +307,11 @@ impl Protocol {
         // peer), nor for one of that lineage (see `lineage_backs`), nor for a state that
         // lists deltas nobody announced (`plausible`).
         let lineage = !joining && lane.lineage_backs(round, state) && lane.plausible(state);
+        // Or, with strict states, the swarm's lineages came apart and none holds most of the
+        // round's voters: the largest one's settled state is followed (`Lane::leads_apart`),
+        // so the swarm joins again instead of keeping a lineage per peer to the end of the
+        // run. Not for a peer without a lineage of its own (as above).
+        let apart = strict && !joining && lane.leads_apart(round, hash, state);
         let tried = lane.checked == Some(hash);
         if strict && lane.holds(state.parent) {
             // Made on a parent held here, it lacks only deltas: they are fetched and the
@@ -317,7 +322,7 @@ impl Protocol {
             if tried && lane.votes.held_by_most(round, hash) {
                 return true;
             }
-        } else if backed || lineage || (!joining && !strict) {
+        } else if backed || lineage || apart || (!joining && !strict) {
             // Without strict states an up-to-date peer takes the plurality's state.
             return true;
         }

@@ -318,6 +318,35 @@ impl Lane {
         other && 2 * kin > voters
     }
 
+    /// Whether `new` (hash `hash`), a state of another lineage, is the one to follow in a
+    /// swarm whose lineages came apart: no parent holds most of `round`'s counted voters
+    /// (a peer reconciled a round too late and merged on its own state; from then on no
+    /// state of the other lineage is one it can recompute, and strict states never took
+    /// one on votes, so a 3-peer run kept a lineage per peer to its end). It is, when:
+    /// - its parent is the lineage most voters claim ([`super::reconcile::Votes::ruling_lineage`]),
+    ///   and more voters claim it than claim this peer's own (where every lineage is one
+    ///   voter's, the smaller parent hash): a peer leaves its lineage only for a larger one;
+    /// - the lineage settled on it: more than half of the lineage's voters hold it. Honest
+    ///   peers of a lineage reconcile to one state each round; colluders who vote one made-up
+    ///   state on an honest lineage's parent lead it by holders, but never hold most of it
+    ///   unless they outnumber its honest peers (6 attackers of 14 took a split-off peer
+    ///   over without this);
+    /// - most of every counted voter has voted for the round (colluders vote first), and its
+    ///   log lists nothing unannounced ([`Lane::plausible`]).
+    pub(super) fn leads_apart(&self, round: u64, hash: ContentHash, new: &FragmentState) -> bool {
+        let votes = &self.votes;
+        let Some(ruling) = votes.ruling_lineage(round) else { return false };
+        let (theirs, _) = votes.lineage(round, new.parent);
+        let (mine, _) = votes.lineage(round, self.state.parent);
+        let larger = theirs > mine || (theirs == 1 && mine <= 1 && new.parent < self.state.parent);
+        !ruling.majority
+            && ruling.parent == new.parent
+            && larger
+            && 2 * votes.holders(round, hash).len() > theirs
+            && votes.round_is_in(round)
+            && self.plausible(new)
+    }
+
     /// The state named `parent`, if this peer holds it: its own, the two before its latest
     /// merges or adoptions, or one that arrived too late to adopt.
     fn base(&self, parent: ContentHash) -> Option<&FragmentState> {

@@ -82,6 +82,14 @@ impl Vote {
 /// short against a run (the default demo merges over 120 rounds per fragment).
 pub const CREDIT_LAPSE: u64 = 64;
 
+/// The parent whose states a round's votes follow ([`Votes::ruling_lineage`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lineage {
+    pub parent: ContentHash,
+    /// Claimed by most of the round's counted voters (else only by the most of them).
+    pub majority: bool,
+}
+
 /// The winning state of a round.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Leader {
@@ -318,6 +326,13 @@ impl Votes {
         2 * self.holders(round, hash).len() > self.counted().count()
     }
 
+    /// Whether more than half of every counted voter has voted for `round` (or later): the
+    /// round's votes are in, not only the first ones (colluders vote the moment they merge).
+    pub fn round_is_in(&self, round: u64) -> bool {
+        let all = self.counted().count();
+        2 * self.counted().filter(|(_, v)| v.round >= round).count() > all
+    }
+
     /// Highest round anyone announced (0 if none).
     pub fn max_round(&self) -> u64 {
         self.max_round
@@ -384,12 +399,8 @@ impl Votes {
             .collect();
         let voters = votes.len();
         if by_lineage {
-            let mut lineages: FastMap<ContentHash, usize> = FastMap::default();
-            for parent in votes.iter().filter_map(|v| v.3) {
-                *lineages.entry(parent).or_default() += 1;
-            }
-            if let Some((&parent, _)) = lineages.iter().find(|(_, &n)| 2 * n > voters) {
-                votes.retain(|v| v.3 == Some(parent));
+            if let Some(ruling) = self.ruling_lineage(round).filter(|l| l.majority) {
+                votes.retain(|v| v.3 == Some(ruling.parent));
             }
         }
         votes.retain(|v| !skip(&v.0));
@@ -408,6 +419,24 @@ impl Votes {
         let (run, _) = best?;
         let holders = run.iter().map(|v| v.1).collect();
         Some(Leader { round, hash: run[0].0, holders, voters })
+    }
+
+    /// The lineage `round`'s states are to be followed in: the parent most of the round's
+    /// counted voters claim their states were merged on; when no parent has most of them
+    /// (the swarm's lineages came apart: a peer reconciled a round too late, and merged on
+    /// its own state), the parent the most voters claim, ties to the smallest hash. `None`
+    /// when no vote of the round names a parent.
+    pub fn ruling_lineage(&self, round: u64) -> Option<Lineage> {
+        let mut lineages: FastMap<ContentHash, usize> = FastMap::default();
+        let mut voters = 0;
+        for (_, v) in self.counted().filter(|(_, v)| v.round == round) {
+            voters += 1;
+            if let Some(parent) = v.parent {
+                *lineages.entry(parent).or_default() += 1;
+            }
+        }
+        let (&parent, &kin) = lineages.iter().max_by_key(|(h, n)| (**n, std::cmp::Reverse(**h)))?;
+        Some(Lineage { parent, majority: 2 * kin > voters })
     }
 
     /// Fraction of the peers that announced `round` holding `hash` (1 when nobody did).

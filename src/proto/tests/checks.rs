@@ -7,6 +7,7 @@ use super::{delta_by, offences};
 use crate::delta::ContentHash;
 use crate::proto::evidence::Evidence;
 use crate::proto::*;
+use bytes::Bytes;
 
 fn strict_peer(me: u64) -> Protocol {
     let plan = super::plan();
@@ -109,4 +110,87 @@ fn a_backed_state_whose_check_failed_is_still_followed() {
     };
     p.handle(failed, 1_300);
     assert_eq!(p.state(0), &theirs, "a backed state was refused after a failed check");
+}
+
+/// Announces that `voter` holds `state` of its round, merged on `parent` (claims included).
+fn claim(p: &mut Protocol, voter: u64, hash: ContentHash, state: &FragmentState, now: Millis) {
+    let size = state.to_bytes().len() as u64;
+    let mut s = super::vote(state.round, hash, size);
+    (s.took, s.parent) = (Some(state.took()), Some(state.parent));
+    p.handle(Event::Message { from: PeerId(voter), msg: Message::State(s) }, now);
+}
+
+/// Reconciles fragment 0 at `now` and serves the state fetched, if it is `state`.
+fn reconcile_serving(p: &mut Protocol, state: &FragmentState, now: Millis) {
+    let bytes: Bytes = state.to_bytes().into();
+    let hash = ContentHash::of(&bytes);
+    let out = p.handle(Event::Timer(Timer::Reconcile { fragment: 0, round: state.round }), now);
+    if out.iter().any(|o| matches!(o, Output::Fetch { hash: h, .. } if *h == hash)) {
+        p.handle(Event::Fetched { from: PeerId(2), hash, bytes }, now + 1);
+    }
+}
+
+#[test]
+fn a_split_swarm_follows_a_larger_settled_lineage_and_only_a_larger_one() {
+    // Peer 1 merged round one without peer 4's delta; peers 2 and 3 hold the round-two state
+    // of the lineage that took it, which peer 1 cannot recompute (the delta is nobody's to
+    // serve). Peer 6 holds peer 1's state, peers 5 and 8 states of a third lineage: no
+    // lineage holds most of the six voters, nor half of them one state.
+    let mut p = two_rounds(strict_peer(1), &ROUND_ONE[..2]);
+    let mine = p.state(0).clone();
+    let theirs = two_rounds(strict_peer(7), &ROUND_ONE).state(0).clone();
+    let their_hash = ContentHash::of(&theirs.to_bytes());
+    let mut alone = mine.clone();
+    alone.parent = ContentHash([0xaa; 32]);
+    let now = 2_200;
+    super::credit(&mut p, 8, 2, now);
+    claim(&mut p, 6, ContentHash::of(&mine.to_bytes()), &mine, now);
+    claim(&mut p, 5, ContentHash([0xbb; 32]), &alone, now);
+    claim(&mut p, 8, ContentHash([0xbc; 32]), &alone, now);
+    for v in [2, 3] {
+        claim(&mut p, v, their_hash, &theirs, now);
+    }
+    reconcile_serving(&mut p, &theirs, now);
+    // It is checked first: peer 4's delta is asked for, and cannot be had.
+    let (late, _) = delta_by(4, 1, 0.3);
+    let failed = |from| Event::FetchFailed {
+        from: PeerId(from),
+        hash: late.hash,
+        denied: vec![PeerId(from)],
+        silent: Vec::new(),
+    };
+    p.handle(failed(2), now + 10);
+    assert_eq!(p.state(0), &mine, "left its lineage for one only as large");
+    // Peer 4 takes the other lineage's state too: three of seven voters, against two.
+    let later = now + 2 * p.settings.period_ms();
+    claim(&mut p, 4, their_hash, &theirs, later);
+    reconcile_serving(&mut p, &theirs, later);
+    assert_eq!(p.state(0), &theirs, "stayed apart from a larger settled lineage");
+}
+
+#[test]
+fn a_lineage_that_did_not_settle_on_a_state_takes_nobody_over() {
+    // The other lineage is the largest of eight voters (four of them, against one and
+    // three), but they hold three states: its leader is held by two, not most of it
+    // (colluders voting one made-up state on an honest parent lead a lineage so).
+    let mut p = two_rounds(strict_peer(1), &ROUND_ONE[..2]);
+    let mine = p.state(0).clone();
+    let theirs = two_rounds(strict_peer(7), &ROUND_ONE).state(0).clone();
+    let their_hash = ContentHash::of(&theirs.to_bytes());
+    let mut alone = mine.clone();
+    alone.parent = ContentHash([0xaa; 32]);
+    let now = 2_200;
+    for v in [8, 9] {
+        super::credit(&mut p, v, 2, now);
+    }
+    claim(&mut p, 2, their_hash, &theirs, now);
+    claim(&mut p, 3, their_hash, &theirs, now);
+    for v in [4, 5] {
+        claim(&mut p, v, ContentHash([0xf0 + v as u8; 32]), &theirs, now);
+    }
+    for v in [6, 8, 9] {
+        claim(&mut p, v, ContentHash([0xe0 + v as u8; 32]), &alone, now);
+    }
+    reconcile_serving(&mut p, &theirs, now);
+    assert_eq!(p.state(0), &mine, "followed a lineage's leader that most of it does not hold");
 }
