@@ -275,3 +275,32 @@ mod mirrored_credits {
         }
     }
 }
+
+/// The lineage to follow: the parent most of the round's voters claim (a majority), else
+/// the one the most claim, ties to the smaller hash; and whether the round's votes are in.
+#[test]
+fn the_ruling_lineage_is_the_largest_and_ties_go_to_the_smaller_parent() {
+    let hash = |i: u8| ContentHash([i; 32]);
+    let mut v = Votes::new(PeerId(0), 10);
+    (1..=6).for_each(|p| v.credit(PeerId(p), 5));
+    let vote = |v: &mut Votes, p: u64, state: u8, parent: u8| {
+        v.record(PeerId(p), 5, hash(state));
+        v.claim(PeerId(p), 5, hash(state), Some(1), Some(hash(parent)));
+    };
+    // Every voter's latest vote is of round 4 at first.
+    (1..=6).for_each(|p| v.record(PeerId(p), 4, hash(50)));
+    assert_eq!(v.ruling_lineage(5), None, "no vote of the round");
+    vote(&mut v, 1, 1, 200);
+    vote(&mut v, 2, 2, 100);
+    assert!(!v.round_is_in(5), "two of six voters were taken for the round's votes");
+    let tie = v.ruling_lineage(5).unwrap();
+    assert_eq!((tie.parent, tie.majority), (hash(100), false), "a tie went to the larger hash");
+    vote(&mut v, 3, 3, 200);
+    vote(&mut v, 4, 4, 150);
+    assert!(v.round_is_in(5));
+    let most = v.ruling_lineage(5).unwrap();
+    assert_eq!((most.parent, most.majority), (hash(200), false));
+    vote(&mut v, 5, 1, 200);
+    let majority = v.ruling_lineage(5).unwrap();
+    assert_eq!((majority.parent, majority.majority), (hash(200), true));
+}
