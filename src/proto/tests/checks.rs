@@ -130,18 +130,33 @@ fn reconcile_serving(p: &mut Protocol, state: &FragmentState, now: Millis) {
     }
 }
 
+/// Peer 1 after two rounds on the lineage that missed peer 4's round-one delta, with its
+/// state; the other lineage's round-two state and its hash; and a state of a third lineage.
+struct Split {
+    p: Protocol,
+    mine: FragmentState,
+    theirs: FragmentState,
+    their_hash: ContentHash,
+    alone: FragmentState,
+}
+
+fn split() -> Split {
+    let p = two_rounds(strict_peer(1), &ROUND_ONE[..2]);
+    let mine = p.state(0).clone();
+    let theirs = two_rounds(strict_peer(7), &ROUND_ONE).state(0).clone();
+    let their_hash = ContentHash::of(&theirs.to_bytes());
+    let mut alone = mine.clone();
+    alone.parent = ContentHash([0xaa; 32]);
+    Split { p, mine, theirs, their_hash, alone }
+}
+
 #[test]
 fn a_split_swarm_follows_a_larger_settled_lineage_and_only_a_larger_one() {
     // Peer 1 merged round one without peer 4's delta; peers 2 and 3 hold the round-two state
     // of the lineage that took it, which peer 1 cannot recompute (the delta is nobody's to
     // serve). Peer 6 holds peer 1's state, peers 5 and 8 states of a third lineage: no
     // lineage holds most of the six voters, nor half of them one state.
-    let mut p = two_rounds(strict_peer(1), &ROUND_ONE[..2]);
-    let mine = p.state(0).clone();
-    let theirs = two_rounds(strict_peer(7), &ROUND_ONE).state(0).clone();
-    let their_hash = ContentHash::of(&theirs.to_bytes());
-    let mut alone = mine.clone();
-    alone.parent = ContentHash([0xaa; 32]);
+    let Split { mut p, mine, theirs, their_hash, alone } = split();
     let now = 2_200;
     super::credit(&mut p, 8, 2, now);
     claim(&mut p, 6, ContentHash::of(&mine.to_bytes()), &mine, now);
@@ -173,12 +188,7 @@ fn a_lineage_that_did_not_settle_on_a_state_takes_nobody_over() {
     // The other lineage is the largest of eight voters (four of them, against one and
     // three), but they hold three states: its leader is held by two, not most of it
     // (colluders voting one made-up state on an honest parent lead a lineage so).
-    let mut p = two_rounds(strict_peer(1), &ROUND_ONE[..2]);
-    let mine = p.state(0).clone();
-    let theirs = two_rounds(strict_peer(7), &ROUND_ONE).state(0).clone();
-    let their_hash = ContentHash::of(&theirs.to_bytes());
-    let mut alone = mine.clone();
-    alone.parent = ContentHash([0xaa; 32]);
+    let Split { mut p, mine, theirs, their_hash, alone } = split();
     let now = 2_200;
     for v in [8, 9] {
         super::credit(&mut p, v, 2, now);
