@@ -298,15 +298,28 @@ impl Protocol {
         // At least half of the counted voters holding it: a plurality is not enough, or two
         // credited voters would impose any state on a swarm whose honest votes are spread
         // one or two to a state (each peer's own merge, at merge lag 0).
-        let backed = lane.votes.backed(round, hash);
+        // With strict states, more than half of every counted voter, not of the round's
+        // votes so far: colluders vote the moment they merge, so half of the votes in can be
+        // theirs while an honest peer's vote is still on its way (6 of 13 credited voters
+        // made a forged state "backed" so in the simulator).
+        let backed = if strict {
+            lane.votes.held_by_most(round, hash)
+        } else {
+            lane.votes.backed(round, hash)
+        };
         // Or a lineage: most of the round's counted voters hold states merged on its
         // parent, which this peer never held (its own lineage went another way: a healed
         // partition, or a round it merged with another set). It follows the state that
         // leads among them, or a swarm split into many states would never join again. Not
         // for a peer without a lineage of its own (a joiner, a restarted or far-behind
         // peer), nor for one of that lineage (see `lineage_backs`), nor for a state that
-        // lists deltas nobody announced (`plausible`).
-        let lineage = !joining && lane.lineage_backs(round, state) && lane.plausible(state);
+        // lists deltas nobody announced (`plausible`). With strict states, only once the
+        // lineage settled on it (`Lane::settled`): colluders voting a made-up state on the
+        // lineage's parent lead it while its honest peers each hold their own merge.
+        let lineage = !joining
+            && lane.lineage_backs(round, state)
+            && lane.plausible(state)
+            && (!strict || lane.settled(round, hash, state.parent));
         // Or, with strict states, the swarm's lineages came apart and none holds most of the
         // round's voters: the largest one's settled state is followed (`Lane::leads_apart`),
         // so the swarm joins again instead of keeping a lineage per peer to the end of the

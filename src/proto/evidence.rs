@@ -326,11 +326,8 @@ impl Lane {
     /// - its parent is the lineage most voters claim ([`super::reconcile::Votes::ruling_lineage`]),
     ///   and more voters claim it than claim this peer's own (where every lineage is one
     ///   voter's, the smaller parent hash): a peer leaves its lineage only for a larger one;
-    /// - the lineage settled on it: more than half of the lineage's voters hold it. Honest
-    ///   peers of a lineage reconcile to one state each round; colluders who vote one made-up
-    ///   state on an honest lineage's parent lead it by holders, but never hold most of it
-    ///   unless they outnumber its honest peers (6 attackers of 14 took a split-off peer
-    ///   over without this);
+    /// - the lineage settled on it ([`Lane::settled`]; 6 attackers of 14 took a split-off
+    ///   peer over without this);
     /// - most of every counted voter has voted for the round (colluders vote first), and its
     ///   log lists nothing unannounced ([`Lane::plausible`]).
     pub(super) fn leads_apart(&self, round: u64, hash: ContentHash, new: &FragmentState) -> bool {
@@ -342,9 +339,19 @@ impl Lane {
         !ruling.majority
             && ruling.parent == new.parent
             && larger
-            && 2 * votes.holders(round, hash).len() > theirs
+            && self.settled(round, hash, new.parent)
             && votes.round_is_in(round)
             && self.plausible(new)
+    }
+
+    /// Whether more than half of `round`'s counted voters that claim states merged on
+    /// `parent` hold state `hash`: the lineage settled on it. Honest peers of a lineage
+    /// reconcile to one state each round; colluders who vote one made-up state on an honest
+    /// lineage's parent lead it by holders while its honest peers each hold their own merge,
+    /// but never hold most of it unless they outnumber its honest peers.
+    pub(super) fn settled(&self, round: u64, hash: ContentHash, parent: ContentHash) -> bool {
+        let (kin, _) = self.votes.lineage(round, parent);
+        2 * self.votes.holders(round, hash).len() > kin
     }
 
     /// The state named `parent`, if this peer holds it: its own, the two before its latest

@@ -204,3 +204,93 @@ fn a_lineage_that_did_not_settle_on_a_state_takes_nobody_over() {
     reconcile_serving(&mut p, &theirs, now);
     assert_eq!(p.state(0), &mine, "followed a lineage's leader that most of it does not hold");
 }
+
+/// A state of a lineage on a parent nobody holds, named to sort before `mine`'s parent
+/// (ties between lineages go to the smaller parent), with its hash.
+fn low_lineage(mine: &FragmentState) -> (FragmentState, ContentHash) {
+    let mut low = mine.clone();
+    low.parent = ContentHash([0x01; 32]);
+    assert!(low.parent < mine.parent, "the test needs the lower parent");
+    let hash = ContentHash::of(&low.to_bytes());
+    (low, hash)
+}
+
+#[test]
+fn a_split_swarm_leaves_its_lineage_only_for_a_larger_one() {
+    // Two lineages of two voters (peer 1 and 6; peers 2 and 3, settled on one state) and
+    // two of one: the other lineage rules on the tie, but is not larger than peer 1's own.
+    let Split { mut p, mine, alone, .. } = split();
+    let (low, low_hash) = low_lineage(&mine);
+    let now = 2_200;
+    for v in [8, 9] {
+        super::credit(&mut p, v, 2, now);
+    }
+    claim(&mut p, 6, ContentHash([0xcc; 32]), &mine, now);
+    claim(&mut p, 5, ContentHash([0xbb; 32]), &alone, now);
+    let mut other = alone.clone();
+    other.parent = ContentHash([0xab; 32]);
+    claim(&mut p, 8, ContentHash([0xbd; 32]), &other, now);
+    for v in [2, 3] {
+        claim(&mut p, v, low_hash, &low, now);
+    }
+    reconcile_serving(&mut p, &low, now);
+    assert_eq!(p.state(0), &mine, "left its lineage for one only as large");
+    let later = now + 2 * p.settings.period_ms();
+    claim(&mut p, 9, low_hash, &low, later);
+    reconcile_serving(&mut p, &low, later);
+    assert_eq!(p.state(0), &low, "stayed apart from a larger settled lineage");
+}
+
+#[test]
+fn a_majority_lineage_is_followed_once_it_settled_on_a_state() {
+    // Five of six voters claim states merged on a parent peer 1 never held, but only two
+    // of them hold the state that leads among them: with strict states that is not the
+    // lineage's state yet (colluders voting one made-up state on an honest lineage's parent
+    // lead it so). Once most of the lineage holds it, it is.
+    let Split { mut p, mine, .. } = split();
+    let (low, low_hash) = low_lineage(&mine);
+    let now = 2_200;
+    for v in [2, 3] {
+        claim(&mut p, v, low_hash, &low, now);
+    }
+    for v in [4, 5, 6] {
+        claim(&mut p, v, ContentHash([0xd0 + v as u8; 32]), &low, now);
+    }
+    reconcile_serving(&mut p, &low, now);
+    assert_eq!(p.state(0), &mine, "followed a lineage that had not settled");
+    let later = now + 2 * p.settings.period_ms();
+    for v in [4, 5] {
+        claim(&mut p, v, low_hash, &low, later);
+    }
+    reconcile_serving(&mut p, &low, later);
+    assert_eq!(p.state(0), &low, "did not follow its settled majority lineage");
+}
+
+#[test]
+fn a_state_half_of_a_round_s_votes_hold_needs_most_of_every_voter() {
+    // Thirteen counted voters: peer 1 and peers 2–6 on peer 1's lineage, each with its own
+    // state; peer 7, whose vote for the round is still on its way; peers 8–13 holding one
+    // state nobody can check. Six of the round's twelve votes hold it: half the round's votes
+    // in, which colluders reach first, not most of every voter.
+    let Split { mut p, mine, .. } = split();
+    let (low, low_hash) = low_lineage(&mine);
+    let now = 2_200;
+    for v in 7..=13 {
+        super::credit(&mut p, v, 2, now);
+    }
+    let mut earlier = mine.clone();
+    earlier.round = 1;
+    claim(&mut p, 7, ContentHash([0x77; 32]), &earlier, now);
+    for v in 2..=6 {
+        claim(&mut p, v, ContentHash([0xd0 + v as u8; 32]), &mine, now);
+    }
+    for v in 8..=13 {
+        claim(&mut p, v, low_hash, &low, now);
+    }
+    reconcile_serving(&mut p, &low, now);
+    assert_eq!(p.state(0), &mine, "took a state half of the round's votes so far hold");
+    let later = now + 2 * p.settings.period_ms();
+    claim(&mut p, 7, low_hash, &low, later);
+    reconcile_serving(&mut p, &low, later);
+    assert_eq!(p.state(0), &low, "refused a state most of every counted voter holds");
+}
