@@ -68,6 +68,7 @@ pub fn default_protocol() -> RawSettings {
         momentum: 0.3,
         merge_lag: 0,
         encode: default_encode(),
+        strict_states: true,
         ..RawSettings::default()
     }
 }

@@ -126,9 +126,11 @@ pub fn swarm_manifest(dir: &Path, name: &str) -> PathBuf {
     train.schedule.decay_steps = 2_000;
     let mut m = tiny_manifest(name, train);
     m.epoch_unix_ms = status::unix_ms();
-    // Strict states are opt-in; `ATOLL_STRICT_STATES=1` runs the swarm tests with them (a
-    // measurement: bench/RESULTS.md, "Strict states").
-    m.protocol.strict_states = std::env::var("ATOLL_STRICT_STATES").is_ok();
+    // Strict states are the run's default; `ATOLL_STRICT_STATES=0` runs the swarm tests
+    // with the plurality rule instead (a measurement: bench/RESULTS.md, "Strict states").
+    if std::env::var("ATOLL_STRICT_STATES").is_ok_and(|v| v == "0") {
+        m.protocol.strict_states = false;
+    }
     write_manifest(dir.join("manifest-in.json"), &m)
 }
 
