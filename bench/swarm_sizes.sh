@@ -5,7 +5,8 @@
 # Usage:
 #   bench/swarm_sizes.sh [STEPS]   (SIZES="4 8 16", C=4, MODEL=tiny, MIN_STEP_MS=250,
 #                                   OUT=bench/out/sizes-STEPS, ATOLL=BIN: that binary
-#                                   instead of a release build)
+#                                   instead of a release build, PROTOCOL='{"k": v}':
+#                                   protocol settings over the default manifest's)
 # Every step takes at least MIN_STEP_MS (`atoll demo --min-step-ms`), so a run has as many
 # rounds whatever the swarm's size and the machine (16 tiny peers on 2 cores: ~75 s each).
 set -euo pipefail
@@ -26,9 +27,10 @@ for n in $sizes; do
     # The default manifest of this model, with `contributors` set.
     "$exe" demo --peers 1 --steps 1 --step-ms 250 --model "$model" --run-dir "$dir.seed" >/dev/null 2>&1
     python3 - "$dir.seed/manifest.json" "$c" "$dir.json" <<'PY'
-import json, sys
+import json, os, sys
 m = json.load(open(sys.argv[1]))
 m["protocol"]["contributors"] = int(sys.argv[2])
+m["protocol"].update(json.loads(os.environ.get("PROTOCOL") or "{}"))
 json.dump(m, open(sys.argv[3], "w"))
 PY
     rm -rf "$dir.seed"

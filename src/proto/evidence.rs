@@ -320,12 +320,14 @@ impl Lane {
 
     /// Whether `new` (hash `hash`), a state of another lineage, is the one to follow in a
     /// swarm whose lineages came apart: no parent holds most of `round`'s counted voters
-    /// (a peer reconciled a round too late and merged on its own state; from then on no
-    /// state of the other lineage is one it can recompute, and strict states never took
-    /// one on votes, so a 3-peer run kept a lineage per peer to its end). It is, when:
-    /// - its parent is the lineage most voters claim ([`super::reconcile::Votes::ruling_lineage`]),
-    ///   and more voters claim it than claim this peer's own (where every lineage is one
-    ///   voter's, the smaller parent hash): a peer leaves its lineage only for a larger one;
+    /// (a peer reconciled a round too late and merged on its own state, or a partition
+    /// healed; from then on no state of the other lineage is one it can recompute, and
+    /// strict states never took one on votes, so a 3-peer run kept a lineage per peer to
+    /// its end, and a 2 | 2 partition two). It is, when:
+    /// - its parent is the lineage most voters claim, ties to the smaller parent hash
+    ///   ([`super::reconcile::Votes::ruling_lineage`]), and not this peer's own: every peer
+    ///   ranks the lineages alike, so they all end in one, and a peer leaves its lineage
+    ///   only for a larger one or one as large that wins the tie;
     /// - the lineage settled on it ([`Lane::settled`]; 6 attackers of 14 took a split-off
     ///   peer over without this);
     /// - most of every counted voter has voted for the round (colluders vote first), and its
@@ -333,12 +335,9 @@ impl Lane {
     pub(super) fn leads_apart(&self, round: u64, hash: ContentHash, new: &FragmentState) -> bool {
         let votes = &self.votes;
         let Some(ruling) = votes.ruling_lineage(round) else { return false };
-        let (theirs, _) = votes.lineage(round, new.parent);
-        let (mine, _) = votes.lineage(round, self.state.parent);
-        let larger = theirs > mine || (theirs == 1 && mine <= 1 && new.parent < self.state.parent);
         !ruling.majority
             && ruling.parent == new.parent
-            && larger
+            && new.parent != self.state.parent
             && self.settled(round, hash, new.parent)
             && votes.round_is_in(round)
             && self.plausible(new)

@@ -151,7 +151,7 @@ fn split() -> Split {
 }
 
 #[test]
-fn a_split_swarm_follows_a_larger_settled_lineage_and_only_a_larger_one() {
+fn a_split_swarm_follows_the_ruling_settled_lineage_and_only_it() {
     // Peer 1 merged round one without peer 4's delta; peers 2 and 3 hold the round-two state
     // of the lineage that took it, which peer 1 cannot recompute (the delta is nobody's to
     // serve). Peer 6 holds peer 1's state, peers 5 and 8 states of a third lineage: no
@@ -175,7 +175,7 @@ fn a_split_swarm_follows_a_larger_settled_lineage_and_only_a_larger_one() {
         silent: Vec::new(),
     };
     p.handle(failed(2), now + 10);
-    assert_eq!(p.state(0), &mine, "left its lineage for one only as large");
+    assert_eq!(p.state(0), &mine, "left its lineage for one that does not rule");
     // Peer 4 takes the other lineage's state too: three of seven voters, against two.
     let later = now + 2 * p.settings.period_ms();
     claim(&mut p, 4, their_hash, &theirs, later);
@@ -205,40 +205,55 @@ fn a_lineage_that_did_not_settle_on_a_state_takes_nobody_over() {
     assert_eq!(p.state(0), &mine, "followed a lineage's leader that most of it does not hold");
 }
 
-/// A state of a lineage on a parent nobody holds, named to sort before `mine`'s parent
-/// (ties between lineages go to the smaller parent), with its hash.
+/// `mine` as if merged on `parent`, a state nobody holds, with its hash; `parent` must sort
+/// before `mine`'s (`low`) or after it (ties between lineages go to the smaller parent).
+fn on_parent(mine: &FragmentState, parent: [u8; 32], low: bool) -> (FragmentState, ContentHash) {
+    let mut other = mine.clone();
+    other.parent = ContentHash(parent);
+    assert_eq!(other.parent < mine.parent, low, "the test needs another parent");
+    let hash = ContentHash::of(&other.to_bytes());
+    (other, hash)
+}
+
 fn low_lineage(mine: &FragmentState) -> (FragmentState, ContentHash) {
-    let mut low = mine.clone();
-    low.parent = ContentHash([0x01; 32]);
-    assert!(low.parent < mine.parent, "the test needs the lower parent");
-    let hash = ContentHash::of(&low.to_bytes());
-    (low, hash)
+    on_parent(mine, [0x01; 32], true)
+}
+
+/// Peer 1 and peer 6 on peer 1's lineage, peers 2 and 3 settled on `other` (hash
+/// `other_hash`), peers 5 and 8 on lineages of one voter each: no lineage holds most of the
+/// six voters, two lineages of two tie.
+fn two_against_two(
+    p: &mut Protocol,
+    mine: &FragmentState,
+    other: &FragmentState,
+    alone: &FragmentState,
+) {
+    let now = 2_200;
+    super::credit(p, 8, 2, now);
+    claim(p, 6, ContentHash([0xcc; 32]), mine, now);
+    claim(p, 5, ContentHash([0xbb; 32]), alone, now);
+    let mut apart = alone.clone();
+    apart.parent = ContentHash([0xab; 32]);
+    claim(p, 8, ContentHash([0xbd; 32]), &apart, now);
+    let other_hash = ContentHash::of(&other.to_bytes());
+    for v in [2, 3] {
+        claim(p, v, other_hash, other, now);
+    }
+    reconcile_serving(p, other, now);
 }
 
 #[test]
-fn a_split_swarm_leaves_its_lineage_only_for_a_larger_one() {
-    // Two lineages of two voters (peer 1 and 6; peers 2 and 3, settled on one state) and
-    // two of one: the other lineage rules on the tie, but is not larger than peer 1's own.
+fn lineages_as_large_as_each_other_all_follow_the_smaller_parent() {
+    // The other lineage's parent sorts first: peer 1 leaves its own for it (as a 2 | 2
+    // partition heals); one whose parent sorts last it does not leave its own for.
     let Split { mut p, mine, alone, .. } = split();
-    let (low, low_hash) = low_lineage(&mine);
-    let now = 2_200;
-    for v in [8, 9] {
-        super::credit(&mut p, v, 2, now);
-    }
-    claim(&mut p, 6, ContentHash([0xcc; 32]), &mine, now);
-    claim(&mut p, 5, ContentHash([0xbb; 32]), &alone, now);
-    let mut other = alone.clone();
-    other.parent = ContentHash([0xab; 32]);
-    claim(&mut p, 8, ContentHash([0xbd; 32]), &other, now);
-    for v in [2, 3] {
-        claim(&mut p, v, low_hash, &low, now);
-    }
-    reconcile_serving(&mut p, &low, now);
-    assert_eq!(p.state(0), &mine, "left its lineage for one only as large");
-    let later = now + 2 * p.settings.period_ms();
-    claim(&mut p, 9, low_hash, &low, later);
-    reconcile_serving(&mut p, &low, later);
-    assert_eq!(p.state(0), &low, "stayed apart from a larger settled lineage");
+    let (low, _) = low_lineage(&mine);
+    two_against_two(&mut p, &mine, &low, &alone);
+    assert_eq!(p.state(0), &low, "kept its lineage against one as large that wins the tie");
+    let Split { mut p, mine, alone, .. } = split();
+    let (high, _) = on_parent(&mine, [0xff; 32], false);
+    two_against_two(&mut p, &mine, &high, &alone);
+    assert_eq!(p.state(0), &mine, "left its lineage for one as large that loses the tie");
 }
 
 #[test]
@@ -271,9 +286,10 @@ fn a_state_half_of_a_round_s_votes_hold_needs_most_of_every_voter() {
     // Thirteen counted voters: peer 1 and peers 2–6 on peer 1's lineage, each with its own
     // state; peer 7, whose vote for the round is still on its way; peers 8–13 holding one
     // state nobody can check. Six of the round's twelve votes hold it: half the round's votes
-    // in, which colluders reach first, not most of every voter.
+    // in, which colluders reach first, not most of every voter. (Their lineage is as large
+    // as peer 1's and loses the tie, so only the votes could take it.)
     let Split { mut p, mine, .. } = split();
-    let (low, low_hash) = low_lineage(&mine);
+    let (forged, forged_hash) = on_parent(&mine, [0xff; 32], false);
     let now = 2_200;
     for v in 7..=13 {
         super::credit(&mut p, v, 2, now);
@@ -285,12 +301,12 @@ fn a_state_half_of_a_round_s_votes_hold_needs_most_of_every_voter() {
         claim(&mut p, v, ContentHash([0xd0 + v as u8; 32]), &mine, now);
     }
     for v in 8..=13 {
-        claim(&mut p, v, low_hash, &low, now);
+        claim(&mut p, v, forged_hash, &forged, now);
     }
-    reconcile_serving(&mut p, &low, now);
+    reconcile_serving(&mut p, &forged, now);
     assert_eq!(p.state(0), &mine, "took a state half of the round's votes so far hold");
     let later = now + 2 * p.settings.period_ms();
-    claim(&mut p, 7, low_hash, &low, later);
-    reconcile_serving(&mut p, &low, later);
-    assert_eq!(p.state(0), &low, "refused a state most of every counted voter holds");
+    claim(&mut p, 7, forged_hash, &forged, later);
+    reconcile_serving(&mut p, &forged, later);
+    assert_eq!(p.state(0), &forged, "refused a state most of every counted voter holds");
 }
