@@ -215,8 +215,8 @@ fn vote_minority(peers: usize, sybils: usize, forged: Forgery, cycles: u64, seed
     println!(
         "{honest} honest peers, 1 attacker + {sybils} Sybils ({forged:?}), {cycles} cycles, seeds 1..={seeds}"
     );
-    println!("| merge lag | strict states | forged adoptions (all seeds) | seeds with one | honest loss, attacked (median) | unattacked (median) |");
-    println!("|---:|---|---:|---:|---:|---:|");
+    println!("| merge lag | strict states | forged adoptions (all seeds) | seeds with one | honest loss, attacked (median) | unattacked (median) | weighed worse / weighed, attacked | unattacked |");
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|");
     for (lag, strict) in [(0, true), (0, false), (1, true)] {
         let run = |seed: u64, hostile: bool| {
             let mut cfg = SimConfig::new(peers, seed);
@@ -227,24 +227,33 @@ fn vote_minority(peers: usize, sybils: usize, forged: Forgery, cycles: u64, seed
             }
             let mut sim = Sim::new(cfg).unwrap_or_else(|e| panic!("{e}"));
             sim.run_cycles(cycles);
-            (sim.stats.unknown_lineage, sim.honest_anchor_loss())
+            let weighed = (sim.stats.weighed, sim.stats.weighed_worse);
+            (sim.stats.unknown_lineage, sim.honest_anchor_loss(), weighed)
         };
         let (mut adopted, mut hit, mut attacked, mut clean) = (0, 0, Vec::new(), Vec::new());
+        let (mut weighed, mut worse) = ([0; 2], [0; 2]);
         for seed in 1..=seeds {
-            let (forged, loss) = run(seed, true);
+            let (forged, loss, (w, bad)) = run(seed, true);
             adopted += forged;
             hit += usize::from(forged > 0);
             attacked.push(loss);
-            clean.push(run(seed, false).1);
+            (weighed[0], worse[0]) = (weighed[0] + w, worse[0] + bad);
+            let (_, loss, (w, bad)) = run(seed, false);
+            clean.push(loss);
+            (weighed[1], worse[1]) = (weighed[1] + w, worse[1] + bad);
         }
         let median = |v: &mut Vec<f64>| {
             v.sort_by(f64::total_cmp);
             v[v.len() / 2]
         };
         println!(
-            "| {lag} | {strict} | {adopted} | {hit}/{seeds} | {:.3e} | {:.3e} |",
+            "| {lag} | {strict} | {adopted} | {hit}/{seeds} | {:.3e} | {:.3e} | {}/{} | {}/{} |",
             median(&mut attacked),
-            median(&mut clean)
+            median(&mut clean),
+            worse[0],
+            weighed[0],
+            worse[1],
+            weighed[1]
         );
     }
 }

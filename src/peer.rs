@@ -97,7 +97,12 @@ impl Peer {
     /// A peer around `proto` whose rounds last `period`. `late` is the time a fresh peer
     /// started in a swarm that has merged already: it is held until it caught up, or for
     /// two periods and a margin at most.
-    pub fn new(proto: Protocol, period: Millis, late: Option<Millis>) -> Self {
+    ///
+    /// Its executor answers every [`Output::Weigh`] (the peer answers those that come
+    /// while it finishes): a state nothing here can recompute is adopted only if the
+    /// trainer finds it no worse than its own ([`Protocol::set_weighing`]).
+    pub fn new(mut proto: Protocol, period: Millis, late: Option<Millis>) -> Self {
+        proto.set_weighing(true);
         // A delta is merged within `max_lateness` rounds of its own and a peer makes at
         // most one per fragment round: the last `fragments × (max_lateness + 2)` are kept.
         let raw = proto.settings().raw();
@@ -210,8 +215,8 @@ impl Peer {
 
     /// Core outputs as effects, with what this peer decides about them: merges, adoptions
     /// and contested rounds (contributions arrived, none agreed) count as change; once
-    /// finishing, the trainer gets no anchors and a snapshot is answered at once with the
-    /// anchor (nothing was trained since).
+    /// finishing, the trainer gets no anchors, a snapshot is answered at once with the
+    /// anchor (nothing was trained since) and a state to weigh goes unweighed.
     fn after_core(&mut self, outs: Vec<Output>, now: Millis) -> Vec<Effect> {
         let mut queue = outs;
         queue.reverse();
@@ -250,6 +255,15 @@ impl Peer {
                 Output::Snapshot { fragment, round } if self.finishing => {
                     let params = self.proto.state(fragment).anchor.clone();
                     let ev = Event::Snapshot { fragment, round, params, tokens: 0, steps: 0 };
+                    let mut more = self.proto.handle(ev, now);
+                    more.reverse();
+                    queue.extend(more);
+                    continue;
+                }
+                // Nor is a state weighed: the trainer is done, and what is adopted now
+                // reaches no model (its anchors are not applied).
+                Output::Weigh { fragment, hash, .. } if self.finishing => {
+                    let ev = Event::Weighed { fragment, hash, losses: None };
                     let mut more = self.proto.handle(ev, now);
                     more.reverse();
                     queue.extend(more);

@@ -84,10 +84,11 @@ mod settings;
 pub mod state;
 
 pub use self::core::{ProtoError, Protocol, MAX_IN_FLIGHT, MAX_PEERS};
+pub use catchup::WORSE_MARGIN;
 pub use evidence::FetchCause;
 pub use io::{
-    ApplyAnchor, Contribution, Event, FetchCauses, MergeReport, Metrics, Offence, Output, Timer,
-    MAX_REFUSED_FROM,
+    ApplyAnchor, Contribution, Event, FetchCauses, Losses, MergeReport, Metrics, Offence, Output,
+    Timer, MAX_REFUSED_FROM,
 };
 pub use merge::consensus_distance;
 pub use message::{

@@ -72,6 +72,15 @@ impl<N: super::Network> Loop<N> {
                 Output::Apply(a) => {
                     self.to_worker.push(ToWorker::Apply(a));
                 }
+                Output::Weigh { fragment, hash, anchor, own, .. } => {
+                    if !self.to_worker.push(ToWorker::Weigh { fragment, hash, anchor, own }) {
+                        // No trainer any more: the state goes by its votes.
+                        let ev = Event::Weighed { fragment, hash, losses: None };
+                        let mut more = self.peer.handle(PeerEvent::Core(ev), self.now());
+                        more.reverse();
+                        queue.extend(more);
+                    }
+                }
                 Output::Merged(r) => {
                     self.status.merges += 1;
                     self.disk.record_merge(self.clock.unix_ms(), r.clone());

@@ -23,6 +23,17 @@ impl<N: super::Network> Loop<N> {
                 let effects = self.peer.handle(PeerEvent::Core(ev), self.now());
                 self.carry_out(effects).await;
             }
+            FromWorker::Weighed { fragment, hash, losses } => {
+                if !losses.passes(crate::proto::WORSE_MARGIN) {
+                    tracing::info!(
+                        fragment, %hash, loss = losses.offered, own = losses.own,
+                        "refused the swarm's state: worse than this peer's own on its validation data"
+                    );
+                }
+                let ev = Event::Weighed { fragment, hash, losses: Some(losses) };
+                let effects = self.peer.handle(PeerEvent::Core(ev), self.now());
+                self.carry_out(effects).await;
+            }
             FromWorker::Step { step, tokens, loss, tokens_per_s } => {
                 if self.status.join_ms.is_none() {
                     let ms = self.clock.unix_ms().saturating_sub(self.started_unix_ms);

@@ -9,8 +9,9 @@
 //! So the node hands commands over without waiting, and while the trainer is behind, the
 //! commands for one fragment coalesce: only the newest snapshot request is answered (with
 //! the steps taken since the last one), and anchors to apply collapse into the newest one
-//! with the smallest blending weight (an adoption's 0 replaces the local parameters). The
-//! queue holds at most two commands per fragment, plus start, stop and finish.
+//! with the smallest blending weight (an adoption's 0 replaces the local parameters), and
+//! only the newest state to weigh is weighed. The queue holds at most three commands per
+//! fragment, plus start, stop and finish.
 
 use std::collections::VecDeque;
 
@@ -69,6 +70,18 @@ impl WorkerOutbox {
                     }
                 }
                 Some(ToWorker::Apply(a))
+            }
+            ToWorker::Weigh { fragment, hash, anchor, own } => {
+                // The core weighs one state per fragment at a time: a newer one replaces it.
+                for queued in &mut self.queue {
+                    if let ToWorker::Weigh { fragment: f, .. } = queued {
+                        if *f == fragment {
+                            *queued = ToWorker::Weigh { fragment, hash, anchor, own };
+                            return None;
+                        }
+                    }
+                }
+                Some(ToWorker::Weigh { fragment, hash, anchor, own })
             }
             other => Some(other),
         }

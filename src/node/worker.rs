@@ -12,10 +12,11 @@ use tokio::sync::mpsc;
 
 use crate::checkpoint;
 use crate::data::Corpus;
-use crate::fragment::FragmentPlan;
+use crate::delta::ContentHash;
+use crate::fragment::{FragmentPlan, FragmentSpec};
 use crate::metrics::{bits_per_byte, MetricsLog, MetricsRecord};
 use crate::model::params::{read_fragment, write_fragment};
-use crate::proto::ApplyAnchor;
+use crate::proto::{ApplyAnchor, Losses};
 use crate::train::{LossMean, Trainer};
 
 /// Commands to the training thread.
@@ -25,6 +26,10 @@ pub enum ToWorker {
     Snapshot { fragment: usize, round: u64 },
     /// Take a merged anchor between two steps.
     Apply(ApplyAnchor),
+    /// Answer with [`FromWorker::Weighed`]: the validation loss with the fragment set to
+    /// `anchor` (a state offered for adoption), and set to `own` (this peer's anchor). The
+    /// model's parameters are put back as they were.
+    Weigh { fragment: usize, hash: ContentHash, anchor: Vec<f32>, own: Vec<f32> },
     /// Take the first inner step (a peer joining a running swarm is held until it holds
     /// the swarm's anchors).
     Start,
@@ -45,6 +50,11 @@ pub enum FromWorker {
         params: Vec<f32>,
         tokens: u64,
         steps: u64,
+    },
+    Weighed {
+        fragment: usize,
+        hash: ContentHash,
+        losses: Losses,
     },
     /// Progress after an inner step (sent when the channel has room; may be skipped).
     Step {
@@ -234,6 +244,12 @@ impl Worker {
                 out.send(msg).await.map_err(|_| "node stopped".to_string())
             }
             ToWorker::Apply(a) => apply(s, &a),
+            ToWorker::Weigh { fragment, hash, anchor, own } => {
+                let spec = s.plan.fragments.get(fragment).ok_or("weighing of no fragment")?;
+                let losses = weigh(&mut s.trainer, spec, &anchor, &own)?;
+                let msg = FromWorker::Weighed { fragment, hash, losses };
+                out.send(msg).await.map_err(|_| "node stopped".to_string())
+            }
             ToWorker::Finish | ToWorker::StopTraining | ToWorker::Start => Ok(()), // the loop's
         }
     }
@@ -312,6 +328,27 @@ fn apply(s: &mut WorkerSetup, a: &ApplyAnchor) -> Result<(), String> {
     write_fragment(s.trainer.model_mut(), spec, &values).map_err(|e| e.to_string())
 }
 
+/// The validation loss with the fragment `spec` set to `anchor`, and set to `own`, on the
+/// same batches; the fragment's parameters are put back afterwards.
+fn weigh(
+    t: &mut Trainer,
+    spec: &FragmentSpec,
+    anchor: &[f32],
+    own: &[f32],
+) -> Result<Losses, String> {
+    let n = spec.numel();
+    let theta = read_fragment(t.model(), spec).map_err(|e| e.to_string())?;
+    let mut loss = |values: &[f32]| -> Result<f64, String> {
+        let values = values.get(..n).ok_or("an anchor shorter than its fragment")?;
+        write_fragment(t.model_mut(), spec, values).map_err(|e| e.to_string())?;
+        Ok(t.evaluate())
+    };
+    let offered = loss(anchor);
+    let own = loss(own);
+    write_fragment(t.model_mut(), spec, &theta).map_err(|e| e.to_string())?;
+    Ok(Losses { offered: offered?, own: own? })
+}
+
 /// Writes a checkpoint; a failure (full disk) is logged and training goes on. The previous
 /// checkpoint stays as it was (`checkpoint::write_atomic`), and the next save tries again.
 fn save(s: &WorkerSetup) {
@@ -330,4 +367,36 @@ async fn finish(s: &mut WorkerSetup, out: &mpsc::Sender<FromWorker>) {
     let (step, tokens) = (state.step, state.tokens);
     let val_bpb = bits_per_byte(val_loss);
     let _ = out.send(FromWorker::Finished { step, tokens, val_loss, val_bpb }).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Backend;
+    use crate::data::Shard;
+    use crate::model::params::tensor_specs;
+    use crate::train::TrainConfig;
+
+    /// Weighing a state evaluates both anchors on the same data and leaves the model as it
+    /// was; a poisoned anchor comes out worse, the own anchor as what `evaluate` gives.
+    #[test]
+    fn weighing_a_state_leaves_the_model_as_it_was() {
+        let corpus = Corpus::embedded().unwrap();
+        let config = TrainConfig::tiny(3);
+        let mut t = Trainer::new(config, Backend::default(), &corpus, Shard::WHOLE).unwrap();
+        for _ in 0..3 {
+            t.step().unwrap();
+        }
+        let plan = FragmentPlan::new(&tensor_specs(t.model()), 2).unwrap();
+        let spec = &plan.fragments[1];
+        let theta = read_fragment(t.model(), spec).unwrap();
+        let before = t.evaluate();
+        let poisoned: Vec<f32> = theta.iter().map(|x| -20.0 * x).collect();
+        let l = weigh(&mut t, spec, &poisoned, &theta).unwrap();
+        assert_eq!(read_fragment(t.model(), spec).unwrap(), theta, "the model was changed");
+        assert_eq!(l.own, before);
+        assert!(l.offered > 1.1 * l.own && !l.passes(crate::proto::WORSE_MARGIN), "{l:?}");
+        assert!(weigh(&mut t, spec, &theta[..3], &theta).is_err(), "a short anchor was weighed");
+        assert_eq!(read_fragment(t.model(), spec).unwrap(), theta);
+    }
 }

@@ -7,7 +7,7 @@ use std::collections::BinaryHeap;
 use super::*;
 use crate::delta::ContentHash;
 use crate::fragment::{FragmentPlan, TensorSpec};
-use crate::proto::{Message, PeerId, RawSettings, Settings, Timer};
+use crate::proto::{Losses, Message, PeerId, RawSettings, Settings, Timer};
 
 const PERIOD: Millis = 1_000;
 
@@ -129,6 +129,11 @@ fn a_late_joiner_is_released_once_it_holds_the_swarms_anchors() {
                 Effect::Core(Output::Fetch { hash, .. }) => {
                     let bytes = swarm.payload(&hash).expect("the swarm serves it");
                     queue.push(PeerEvent::Core(Event::Fetched { from: PeerId(1), hash, bytes }));
+                }
+                // The trained swarm's anchors beat the joiner's initial ones.
+                Effect::Core(Output::Weigh { fragment, hash, .. }) => {
+                    let losses = Some(Losses { offered: 1.0, own: 2.0 });
+                    queue.push(PeerEvent::Core(Event::Weighed { fragment, hash, losses }));
                 }
                 other => effects.push(other),
             }

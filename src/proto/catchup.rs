@@ -1,18 +1,35 @@
 //! Reconciliation and catch-up (DESIGN.md §3.2): votes, "am I behind?", fetching and
 //! adopting the majority's state.
 
-use super::check::Offer;
+use super::check::{Offer, Weighing};
 use super::core::{misbehaved, Protocol};
 use super::evidence::Evidence;
 use super::fasthash::FastSet;
 use super::fetch::Kind;
-use super::io::{Offence, Output};
+use super::io::{Losses, Offence, Output};
 use super::schedule::Millis;
 use super::state::FragmentState;
 use super::PeerId;
 use crate::delta::ContentHash;
 use bytes::Bytes;
 use rand::Rng;
+
+/// What becomes of a fetched state nothing here can recompute.
+enum Verdict {
+    /// Most of the voters back it: adopted.
+    Take,
+    /// It leads without a majority: adopted if the trainer finds it no worse than this
+    /// peer's own (`Protocol::ask_weigh`).
+    Weigh,
+    /// Being checked, or refused.
+    Leave,
+}
+
+/// How much worse (relative to its own loss) than this peer's own anchor a state it
+/// weighs may be on the trainer's validation data and still be adopted: two honest
+/// lineages a round or two apart differ by less (bench/RESULTS.md, "States weighed before
+/// they are adopted"), a poisoned anchor by far more.
+pub const WORSE_MARGIN: f64 = 0.02;
 
 impl Protocol {
     /// Records a peer's state (and, from a state announcement, how many contributions it
@@ -67,6 +84,7 @@ impl Protocol {
     /// Reconciliation (DESIGN.md §3.2): if the state most recently heard peers hold for
     /// our round (or a later one, when we are behind) differs from ours, fetch it.
     pub(super) fn reconcile(&mut self, p: usize, now: Millis, out: &mut Vec<Output>) {
+        self.drop_stale_weighing(p, now);
         let max_round = self.schedule.current_round(p, now);
         let lane = &self.lanes[p];
         if lane.state_fetch.is_some() {
@@ -252,13 +270,23 @@ impl Protocol {
                 self.metrics.forged_states += 1;
                 return self.reject(from, hash, Offence::ForgedState, detail, out);
             }
-            Evidence::Unverifiable => {
-                if !self.weigh_unverifiable(&offer, &state, p, now, out) {
-                    return;
-                }
-            }
+            Evidence::Unverifiable => match self.weigh_unverifiable(&offer, &state, p, now, out) {
+                Verdict::Take => {}
+                Verdict::Weigh if self.weighs => return self.ask_weigh(offer, state, p, now, out),
+                Verdict::Weigh => {}
+                Verdict::Leave => return,
+            },
         }
+        self.take(offer, state, p, out);
+    }
+
+    /// Adopts `state`, fetched as `offer` and found fit to adopt.
+    fn take(&mut self, offer: Offer, state: FragmentState, p: usize, out: &mut Vec<Output>) {
+        let hash = offer.hash;
         let lane = &mut self.lanes[p];
+        if hash == lane.state_hash {
+            return;
+        }
         // A state older than ours came too late to adopt (this peer merged a later round
         // on its own lineage meanwhile). The swarm's next state names it as its parent, so
         // it is kept, checked as an adoption would be, to recompute that one from its
@@ -280,8 +308,75 @@ impl Protocol {
         ));
     }
 
+    /// Asks the trainer to weigh `state` (which nothing here recomputes, and which leads
+    /// without a majority) against this peer's own anchor before it is adopted. Votes say
+    /// who holds a state, not whether it is any good: colluders that vote a made-up state
+    /// on a made-up parent win a tie between lineages (`Lane::leads_apart`). A state
+    /// worse on this peer's validation data is refused. Not a provable offence: nobody is
+    /// reported for it. (A state most voters hold is not weighed: after a partition the
+    /// majority's state may be worse than a minority peer's own, and the swarm must still
+    /// come together on it.)
+    fn ask_weigh(
+        &mut self,
+        offer: Offer,
+        state: FragmentState,
+        p: usize,
+        now: Millis,
+        out: &mut Vec<Output>,
+    ) {
+        let lane = &mut self.lanes[p];
+        if lane.weighing.as_ref().is_some_and(|w| w.offer.hash == offer.hash) {
+            return;
+        }
+        out.push(Output::Weigh {
+            fragment: p,
+            round: state.round,
+            hash: offer.hash,
+            anchor: state.anchor.clone(),
+            own: lane.state.anchor.clone(),
+        });
+        lane.state_fetch = Some(offer.hash);
+        lane.weighing = Some(Weighing { offer, state, asked_at: now });
+    }
+
+    /// The trainer's verdict on a state it weighed: adopted if no worse than this peer's
+    /// own by more than [`WORSE_MARGIN`] (or if it could not be weighed), else refused for
+    /// a period like a state too few voters back, and the next best state leads.
+    pub(super) fn on_weighed(
+        &mut self,
+        p: usize,
+        hash: ContentHash,
+        losses: Option<Losses>,
+        now: Millis,
+        out: &mut Vec<Output>,
+    ) {
+        let Some(lane) = self.lanes.get_mut(p) else { return };
+        if lane.weighing.as_ref().is_none_or(|w| w.offer.hash != hash) {
+            return;
+        }
+        let Some(Weighing { offer, state, .. }) = lane.weighing.take() else { return };
+        lane.state_fetch = None;
+        if losses.is_some_and(|l| !l.passes(WORSE_MARGIN)) {
+            self.metrics.worse_states += 1;
+            return self.refuse_state(offer.from, hash, now);
+        }
+        self.take(offer, state, p, out);
+    }
+
+    /// Frees a lane whose weighing was never answered within a period (a trainer that
+    /// stopped): its state is fetched again if it still leads.
+    pub(super) fn drop_stale_weighing(&mut self, p: usize, now: Millis) {
+        let period = self.settings.period_ms();
+        let lane = &mut self.lanes[p];
+        if lane.weighing.as_ref().is_some_and(|w| now >= w.asked_at.saturating_add(period)) {
+            lane.weighing = None;
+            lane.state_fetch = None;
+        }
+    }
+
     /// Whether `state` (fetched as `offer`), which nothing held here recomputes yet, is to
-    /// be adopted now; when not, its check was started or it was refused.
+    /// be adopted now, or weighed first; when neither, its check was started or it was
+    /// refused.
     fn weigh_unverifiable(
         &mut self,
         offer: &Offer,
@@ -289,7 +384,7 @@ impl Protocol {
         p: usize,
         now: Millis,
         out: &mut Vec<Output>,
-    ) -> bool {
+    ) -> Verdict {
         let Offer { from, hash, round, .. } = *offer;
         let lane = &self.lanes[p];
         let done = lane.state.round.max(lane.closed_round);
@@ -333,24 +428,34 @@ impl Protocol {
             // failed is, if most of every counted voter holds it (a minority of colluders
             // never does, whatever share of the round's votes so far is theirs).
             if tried && lane.votes.held_by_most(round, hash) {
-                return true;
+                return Verdict::Take;
             }
-        } else if backed || lineage || apart || (!joining && !strict) {
-            // Without strict states an up-to-date peer takes the plurality's state.
-            return true;
+        } else if backed || lineage {
+            return Verdict::Take;
+        } else if apart || (!joining && !strict) {
+            // No majority holds it: it leads a split swarm's lineages, or (without strict
+            // states) the plurality's votes. A tie between lineages goes to the smaller
+            // parent hash, which colluders can make up, and a plurality is what two of
+            // them reach in a swarm whose honest votes are spread: weighed first.
+            return Verdict::Weigh;
         }
         // Otherwise checked first (a state one merge away from one held here is too), and
         // refused when it cannot be.
         if !self.start_check(offer, state, p, now, out) {
             self.refuse_unbacked(from, hash, now);
         }
-        false
+        Verdict::Leave
     }
 
     /// Refuses state `hash`, served by `from`, that nothing here can recompute and not
     /// enough voters back: not chased again for a period, and the next best state leads.
     pub(super) fn refuse_unbacked(&mut self, from: PeerId, hash: ContentHash, now: Millis) {
         self.metrics.unbacked_states += 1;
+        self.refuse_state(from, hash, now);
+    }
+
+    /// Leaves state `hash`, served by `from`, for a period: the next best state leads.
+    fn refuse_state(&mut self, from: PeerId, hash: ContentHash, now: Millis) {
         self.metrics.refused(from);
         let until = now.saturating_add(self.settings.period_ms());
         self.block(hash, until);

@@ -54,6 +54,9 @@ pub struct Protocol {
     pub(super) metrics: Metrics,
     /// When the armed fetch-sweep timer fires, if one is armed.
     pub(super) sweep_at: Option<Millis>,
+    /// The executor answers [`Output::Weigh`]: a state nothing here can recompute is
+    /// weighed on the trainer's validation data before it is adopted.
+    pub(super) weighs: bool,
 }
 
 impl Protocol {
@@ -127,7 +130,17 @@ impl Protocol {
             rng: ChaCha8Rng::seed_from_u64(seed),
             metrics: Metrics::default(),
             sweep_at: None,
+            weighs: false,
         })
+    }
+
+    /// Says whether the executor answers [`Output::Weigh`] with [`Event::Weighed`] (a
+    /// node with a trainer, the simulator). When it does, a fetched state that nothing
+    /// here can recompute is adopted only if it is no worse than this peer's own on the
+    /// trainer's validation data ([`super::catchup::WORSE_MARGIN`]); votes alone decide
+    /// otherwise.
+    pub fn set_weighing(&mut self, on: bool) {
+        self.weighs = on;
     }
 
     /// Arms the first round timer of every fragment. Call once, at start.
@@ -155,6 +168,9 @@ impl Protocol {
             }
             Event::FetchFailed { from, hash, denied, silent } => {
                 self.on_fetch_failed(from, hash, &denied, &silent, now, &mut out)
+            }
+            Event::Weighed { fragment, hash, losses } => {
+                self.on_weighed(fragment, hash, losses, now, &mut out)
             }
         }
         out

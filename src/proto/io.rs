@@ -58,6 +58,34 @@ pub enum Event {
         denied: Vec<PeerId>,
         silent: Vec<PeerId>,
     },
+    /// Answer to [`Output::Weigh`]: the trainer's loss on its validation data with the
+    /// fragment set to the offered anchor, and with it set to this peer's own anchor (the
+    /// rest of the model as it is). `None`: it could not be weighed (no trainer any more),
+    /// and the state is judged on its votes alone.
+    Weighed {
+        fragment: usize,
+        hash: ContentHash,
+        losses: Option<Losses>,
+    },
+}
+
+/// The two losses of an [`Event::Weighed`], measured on the same data.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Losses {
+    /// With the offered state's anchor.
+    pub offered: f64,
+    /// With this peer's own anchor.
+    pub own: f64,
+}
+
+impl Losses {
+    /// Whether the offered anchor is no worse than the own one by more than `margin`
+    /// (relative). A non-finite offered loss never passes; a non-finite own loss (a peer
+    /// whose own anchor diverged) takes any finite one.
+    pub fn passes(&self, margin: f64) -> bool {
+        self.offered.is_finite()
+            && (!self.own.is_finite() || self.offered <= self.own * (1.0 + margin))
+    }
 }
 
 /// The trainer should take this anchor for the fragment between two inner steps:
@@ -126,6 +154,12 @@ pub enum Output {
     Snapshot { fragment: usize, round: u64 },
     /// A new anchor for the trainer.
     Apply(ApplyAnchor),
+    /// Evaluate `anchor` (of state `hash`, offered for adoption) and `own` (this peer's
+    /// anchor of the fragment) on the trainer's validation data and answer with
+    /// [`Event::Weighed`]; the trainer's own parameters stay as they were. Asked only of an
+    /// executor that said it weighs ([`super::Protocol::weighing_states`]), once per offered
+    /// state, before a state nothing here can recompute is adopted.
+    Weigh { fragment: usize, round: u64, hash: ContentHash, anchor: Vec<f32>, own: Vec<f32> },
     /// The fragment's error-feedback residual now holds work of `round` that waits for
     /// this peer's slot (sampled contributions): keep it with the anchors, as after
     /// publishing, so a restart sends it.
@@ -278,6 +312,9 @@ pub struct Metrics {
     pub forged_states: u64,
     /// Fetched states nobody here could recompute, left for lack of a backing majority.
     pub unbacked_states: u64,
+    /// Fetched states that the trainer found worse than this peer's own on its
+    /// validation data (`Output::Weigh`), left although their votes would have taken them.
+    pub worse_states: u64,
     /// Fetched states made on a parent held here whose missing deltas were fetched to
     /// recompute them (src/proto/check.rs).
     pub state_checks: u64,
@@ -318,7 +355,7 @@ impl Metrics {
     /// What this peer did not take, by cause, for operators (`status.json`, `/metrics`,
     /// the status page): none of these is provable misconduct, but a stalling or flooding
     /// peer shows here first.
-    pub fn refusals(&self) -> [(&'static str, u64); 8] {
+    pub fn refusals(&self) -> [(&'static str, u64); 9] {
         [
             // Announced payloads that no holder served in time (a stall, or a lost peer).
             ("fetch_failed", self.fetch_failures),
@@ -330,6 +367,8 @@ impl Metrics {
             ("forged_state", self.forged_states),
             // Fetched states that nobody could recompute and no majority backed.
             ("unbacked_state", self.unbacked_states),
+            // Fetched states worse than this peer's own on its validation data.
+            ("worse_state", self.worse_states),
             // Contributions that made a merge non-finite.
             ("nonfinite", self.nonfinite_dropped),
             // Contributions merged with no weight: they went against their round.

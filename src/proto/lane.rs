@@ -121,6 +121,9 @@ pub(crate) struct Lane {
     pub check: Option<super::check::Check>,
     /// The last state checked that way: a state is checked once.
     pub checked: Option<ContentHash>,
+    /// The fetched state the trainer is weighing before it is adopted (`Output::Weigh`);
+    /// `state_fetch` names it meanwhile, so it is not fetched again.
+    pub weighing: Option<super::check::Weighing>,
     /// The latest round of a vote this peer published for the fragment (a state
     /// announcement, or a contribution's base): others count that vote until a later one
     /// replaces it, so an adoption of a state of that round or an earlier one must be
@@ -164,6 +167,7 @@ impl Lane {
             listed: FastMap::default(),
             check: None,
             checked: None,
+            weighing: None,
             announced_round: state_round,
         }
     }

@@ -5,6 +5,10 @@ use crate::delta::ContentHash;
 use crate::peer::{Effect, PeerEvent};
 use crate::proto::{Event, Output, PeerId};
 
+/// The share of a fragment's initial loss that a simulated validation keeps whatever the
+/// parameters (see `Output::Weigh` in `Sim::output`).
+const VAL_FLOOR: f64 = 0.2;
+
 impl Sim {
     pub(super) fn start_peer(&mut self, i: usize) {
         let now = self.peer_now(i);
@@ -158,6 +162,28 @@ impl Sim {
             Output::Snapshot { fragment, round } => {
                 let at = self.slots[i].trainer.step_end(self.now);
                 self.queue.push(at, Ev::Snapshot { peer: i, inc, fragment, round });
+            }
+            Output::Weigh { fragment, hash, anchor, own, .. } => {
+                // Answered between two steps, on the problem's global loss (the validation
+                // set every peer shares), plus the part no training removes: a language
+                // model's validation loss keeps the text's entropy, about a fifth of its
+                // initial loss (ln 256 ≈ 5.5 nats a byte at first, ~1 nat for a good
+                // model), which the quadratic lacks.
+                let start = self.offsets[fragment];
+                let init = &self.init[start..start + anchor.len().min(own.len())];
+                let floor = VAL_FLOOR * self.problem.loss_at(start, init);
+                let offered = floor + self.problem.loss_at(start, &anchor);
+                let own = floor + self.problem.loss_at(start, &own);
+                let losses = crate::proto::Losses { offered, own };
+                if !self.byz.is_hostile(i) {
+                    self.stats.weighed += 1;
+                    self.stats.weighed_worse +=
+                        u64::from(!losses.passes(crate::proto::WORSE_MARGIN));
+                }
+                let losses = Some(losses);
+                let event = Event::Weighed { fragment, hash, losses };
+                let at = self.slots[i].trainer.step_end(self.now);
+                self.queue.push(at, Ev::Proto { peer: i, inc, event });
             }
             Output::Apply(a) => {
                 let slot = &mut self.slots[i];

@@ -40,6 +40,10 @@ pub struct Stats {
     pub double_merges: u64,
     /// Adoptions of a state whose lineage the simulator never saw produced (must stay 0).
     pub unknown_lineage: u64,
+    /// States honest peers weighed before adopting them (`Output::Weigh`), and how many of
+    /// those came out worse than the peer's own by more than `proto::WORSE_MARGIN`.
+    pub weighed: u64,
+    pub weighed_worse: u64,
     pub events: u64,
     /// Weight the honest peers' merges gave to contributions, summed over their merges:
     /// tokens × agreement factor, all authors (`merged_weight`) and hostile ones (and their

@@ -25,10 +25,18 @@ impl Problem {
 
     /// The global loss of `theta` (no shift, no noise).
     pub fn loss(&self, theta: &[f32]) -> f64 {
-        theta
+        self.loss_at(0, theta)
+    }
+
+    /// The global loss of the parameters from `start` on, set to `values` (the problem is
+    /// separable: the others add the same to any two values compared): what a simulated
+    /// peer's validation finds for one fragment's anchor.
+    pub fn loss_at(&self, start: usize, values: &[f32]) -> f64 {
+        let (optimum, curvature) = (self.optimum.get(start..), self.curvature.get(start..));
+        values
             .iter()
-            .zip(&self.optimum)
-            .zip(&self.curvature)
+            .zip(optimum.unwrap_or_default())
+            .zip(curvature.unwrap_or_default())
             .map(|((&t, &c), &a)| 0.5 * f64::from(a) * f64::from(t - c).powi(2))
             .sum()
     }

@@ -120,14 +120,16 @@ fn claim(p: &mut Protocol, voter: u64, hash: ContentHash, state: &FragmentState,
     p.handle(Event::Message { from: PeerId(voter), msg: Message::State(s) }, now);
 }
 
-/// Reconciles fragment 0 at `now` and serves the state fetched, if it is `state`.
-fn reconcile_serving(p: &mut Protocol, state: &FragmentState, now: Millis) {
+/// Reconciles fragment 0 at `now` and serves the state fetched, if it is `state`; what
+/// serving it gave.
+fn reconcile_serving(p: &mut Protocol, state: &FragmentState, now: Millis) -> Vec<Output> {
     let bytes: Bytes = state.to_bytes().into();
     let hash = ContentHash::of(&bytes);
     let out = p.handle(Event::Timer(Timer::Reconcile { fragment: 0, round: state.round }), now);
     if out.iter().any(|o| matches!(o, Output::Fetch { hash: h, .. } if *h == hash)) {
-        p.handle(Event::Fetched { from: PeerId(2), hash, bytes }, now + 1);
+        return p.handle(Event::Fetched { from: PeerId(2), hash, bytes }, now + 1);
     }
+    Vec::new()
 }
 
 /// Peer 1 after two rounds on the lineage that missed peer 4's round-one delta, with its
@@ -227,7 +229,7 @@ fn two_against_two(
     mine: &FragmentState,
     other: &FragmentState,
     alone: &FragmentState,
-) {
+) -> Vec<Output> {
     let now = 2_200;
     super::credit(p, 8, 2, now);
     claim(p, 6, ContentHash([0xcc; 32]), mine, now);
@@ -239,7 +241,71 @@ fn two_against_two(
     for v in [2, 3] {
         claim(p, v, other_hash, other, now);
     }
-    reconcile_serving(p, other, now);
+    reconcile_serving(p, other, now)
+}
+
+/// The [`Output::Weigh`] in `out`: the state's hash and the anchors to weigh.
+fn weighs(out: &[Output]) -> Option<(ContentHash, &[f32], &[f32])> {
+    out.iter().find_map(|o| match o {
+        Output::Weigh { fragment: 0, hash, anchor, own, .. } => {
+            Some((*hash, &anchor[..], &own[..]))
+        }
+        _ => None,
+    })
+}
+
+#[test]
+fn a_state_that_wins_a_tie_between_lineages_is_weighed_before_it_is_adopted() {
+    // Two colluders vote one made-up state on a made-up parent that sorts first: their
+    // lineage ties with peer 1's and wins the tie (`lineages_as_large_as_each_other_...`).
+    // With an executor that weighs states, the trainer is asked first; a state far worse
+    // than peer 1's own is refused, one about as good is taken, and so is one that could
+    // not be weighed (a trainer that stopped).
+    for (losses, taken) in [
+        (Some(Losses { offered: 9.0, own: 2.0 }), false),
+        (Some(Losses { offered: f64::NAN, own: 2.0 }), false),
+        (Some(Losses { offered: 2.0 * (1.0 + WORSE_MARGIN / 2.0), own: 2.0 }), true),
+        (None, true),
+    ] {
+        let Split { mut p, mine, alone, .. } = split();
+        p.set_weighing(true);
+        let (mut low, _) = low_lineage(&mine);
+        low.anchor.iter_mut().for_each(|x| *x = -40.0);
+        let low_hash = ContentHash::of(&low.to_bytes());
+        let out = two_against_two(&mut p, &mine, &low, &alone);
+        let (hash, anchor, own) = weighs(&out).expect("the state is weighed");
+        assert_eq!((hash, anchor, own), (low_hash, &low.anchor[..], &mine.anchor[..]));
+        assert_eq!(p.state(0), &mine, "adopted before the trainer answered");
+        let out = p.handle(Event::Weighed { fragment: 0, hash, losses }, 2_300);
+        let adopted =
+            out.iter().any(|o| matches!(o, Output::Adopted { hash: h, .. } if *h == hash));
+        let want = if taken { &low } else { &mine };
+        assert_eq!((p.state(0), adopted), (want, taken), "{losses:?}");
+        assert_eq!(p.metrics().worse_states, u64::from(!taken), "{losses:?}");
+        // A refused state is not fetched again for a period, nor weighed again.
+        let again = p.handle(Event::Timer(Timer::Reconcile { fragment: 0, round: 2 }), 2_400);
+        assert!(
+            taken
+                || !again.iter().any(|o| matches!(o, Output::Fetch { hash: h, .. } if *h == hash))
+        );
+    }
+}
+
+#[test]
+fn a_weighing_never_answered_frees_the_lane_a_period_on() {
+    let Split { mut p, mine, alone, .. } = split();
+    p.set_weighing(true);
+    let (low, low_hash) = low_lineage(&mine);
+    assert!(weighs(&two_against_two(&mut p, &mine, &low, &alone)).is_some());
+    // Meanwhile the state is not fetched again.
+    let soon = p.handle(Event::Timer(Timer::Reconcile { fragment: 0, round: 2 }), 2_400);
+    assert!(!asks(&soon, low_hash), "fetched a state being weighed");
+    let later = 2_300 + p.settings.period_ms();
+    let out = p.handle(Event::Timer(Timer::Reconcile { fragment: 0, round: 2 }), later);
+    assert!(asks(&out, low_hash), "the lane stayed on a weighing nobody answers");
+    // The late answer of the first weighing finds no weighing and changes nothing.
+    p.handle(Event::Weighed { fragment: 0, hash: low_hash, losses: None }, later + 1);
+    assert_eq!(p.state(0), &mine);
 }
 
 #[test]
