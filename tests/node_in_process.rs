@@ -290,7 +290,13 @@ fn a_healed_partition_ends_in_agreement() {
         }
         assert_ne!(sides[0], sides[2], "the two sides of the partition did not diverge");
         sc.swarm.heal();
+        // Neither side holds most of the voters: a side comes over to the ruling lineage's
+        // state, which no majority holds, so its trainer weighs it first (and the node
+        // carries the weighing to the trainer and back).
+        let weighed = |p: &Peer| p.training().map_or(0, |t| t.weighed);
         let reports = finish_all(&mut peers, deadline_for(steps)).await;
         assert_agreement(&sc.swarm, &peers, &reports);
+        let total: u64 = peers.iter().map(weighed).sum();
+        assert!(total > 0, "the healed sides came together without weighing a state");
     });
 }

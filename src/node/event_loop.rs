@@ -120,6 +120,7 @@ impl<N: Network> Loop<N> {
         self.status.refused_from =
             m.most_refused(8).into_iter().map(|(p, n)| (name(p), n)).collect();
         self.status.nonfinite_dropped = m.nonfinite_dropped;
+        self.status.weighed = m.weighed_states;
         self.status.payload_bytes =
             m.payload_bytes().iter().map(|&(k, n)| (k.to_owned(), n)).collect();
         self.status.state_fetch_causes =

@@ -24,6 +24,7 @@ impl<N: super::Network> Loop<N> {
                 self.carry_out(effects).await;
             }
             FromWorker::Weighed { fragment, hash, losses } => {
+                tracing::debug!(fragment, %hash, loss = losses.offered, own = losses.own, "weighed a state");
                 if !losses.passes(crate::proto::WORSE_MARGIN) {
                     tracing::info!(
                         fragment, %hash, loss = losses.offered, own = losses.own,

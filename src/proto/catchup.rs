@@ -337,6 +337,7 @@ impl Protocol {
         });
         lane.state_fetch = Some(offer.hash);
         lane.weighing = Some(Weighing { offer, state, asked_at: now });
+        self.metrics.weighed_states += 1;
     }
 
     /// The trainer's verdict on a state it weighed: adopted if no worse than this peer's

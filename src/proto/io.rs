@@ -312,6 +312,9 @@ pub struct Metrics {
     pub forged_states: u64,
     /// Fetched states nobody here could recompute, left for lack of a backing majority.
     pub unbacked_states: u64,
+    /// Fetched states weighed on the trainer's validation data before adoption
+    /// (`Output::Weigh`).
+    pub weighed_states: u64,
     /// Fetched states that the trainer found worse than this peer's own on its
     /// validation data (`Output::Weigh`), left although their votes would have taken them.
     pub worse_states: u64,

@@ -48,6 +48,11 @@ pub struct TrainingStatus {
     /// Of `adopted`, states recomputed here from their recipe (no state fetched).
     #[serde(default)]
     pub recomputed: u64,
+    /// States nothing here could recompute and no majority held (a split swarm's ruling
+    /// lineage, a plurality), weighed on this peer's validation data before adoption; the
+    /// ones found worse than its own are `refusals.worse_state`.
+    #[serde(default)]
+    pub weighed: u64,
     /// Messages refused because they belong to another run manifest.
     pub foreign_messages: u64,
     /// When the latest of them came (`atoll doctor` reports a mismatch while they keep
