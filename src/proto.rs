@@ -82,9 +82,9 @@ pub mod sampling;
 mod schedule;
 mod settings;
 pub mod state;
+mod weigh;
 
 pub use self::core::{ProtoError, Protocol, MAX_IN_FLIGHT, MAX_PEERS};
-pub use catchup::WORSE_MARGIN;
 pub use evidence::FetchCause;
 pub use io::{
     ApplyAnchor, Contribution, Event, FetchCauses, Losses, MergeReport, Metrics, Offence, Output,
@@ -98,6 +98,7 @@ pub use message::{
 pub use schedule::{Ema, Grace, Millis, Schedule};
 pub use settings::{MergeRule, RawSettings, Settings, SettingsError};
 pub use state::{FragmentState, StateError};
+pub use weigh::WORSE_MARGIN;
 
 #[cfg(test)]
 pub(crate) mod tests;

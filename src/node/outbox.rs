@@ -175,4 +175,39 @@ mod tests {
         drop(rx);
         assert!(!out.push(ToWorker::Start), "a closed channel is reported");
     }
+
+    /// While the trainer is busy, a newer state to weigh for a fragment replaces the queued
+    /// one (the core weighs one per fragment and ignores answers about the others).
+    #[test]
+    fn only_the_newest_state_of_a_fragment_is_weighed() {
+        let (tx, mut rx) = mpsc::channel(1);
+        let mut out = WorkerOutbox::new(tx);
+        let weigh = |fragment, h: u8| ToWorker::Weigh {
+            fragment,
+            hash: crate::delta::ContentHash([h; 32]),
+            anchor: vec![f32::from(h)],
+            own: vec![0.0],
+        };
+        assert!(out.push(ToWorker::Start));
+        for (fragment, h) in [(0, 1), (1, 2), (0, 3), (0, 4)] {
+            assert!(out.push(weigh(fragment, h)));
+        }
+        let mut got = Vec::new();
+        while out.waiting() || !rx.is_empty() {
+            while let Ok(cmd) = rx.try_recv() {
+                got.push(cmd);
+            }
+            out.flush();
+        }
+        let weighed: Vec<(usize, u8, f32)> = got
+            .iter()
+            .filter_map(|c| match c {
+                ToWorker::Weigh { fragment, hash, anchor, .. } => {
+                    Some((*fragment, hash.0[0], anchor[0]))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(weighed, [(0, 4, 4.0), (1, 2, 2.0)]);
+    }
 }

@@ -1,12 +1,12 @@
 //! Reconciliation and catch-up (DESIGN.md §3.2): votes, "am I behind?", fetching and
 //! adopting the majority's state.
 
-use super::check::{Offer, Weighing};
+use super::check::Offer;
 use super::core::{misbehaved, Protocol};
 use super::evidence::Evidence;
 use super::fasthash::FastSet;
 use super::fetch::Kind;
-use super::io::{Losses, Offence, Output};
+use super::io::{Offence, Output};
 use super::schedule::Millis;
 use super::state::FragmentState;
 use super::PeerId;
@@ -24,12 +24,6 @@ enum Verdict {
     /// Being checked, or refused.
     Leave,
 }
-
-/// How much worse (relative to its own loss) than this peer's own anchor a state it
-/// weighs may be on the trainer's validation data and still be adopted: two honest
-/// lineages a round or two apart differ by less (bench/RESULTS.md, "States weighed before
-/// they are adopted"), a poisoned anchor by far more.
-pub const WORSE_MARGIN: f64 = 0.02;
 
 impl Protocol {
     /// Records a peer's state (and, from a state announcement, how many contributions it
@@ -281,7 +275,13 @@ impl Protocol {
     }
 
     /// Adopts `state`, fetched as `offer` and found fit to adopt.
-    fn take(&mut self, offer: Offer, state: FragmentState, p: usize, out: &mut Vec<Output>) {
+    pub(super) fn take(
+        &mut self,
+        offer: Offer,
+        state: FragmentState,
+        p: usize,
+        out: &mut Vec<Output>,
+    ) {
         let hash = offer.hash;
         let lane = &mut self.lanes[p];
         if hash == lane.state_hash {
@@ -306,73 +306,6 @@ impl Protocol {
             &self.settings,
             &mut self.metrics,
         ));
-    }
-
-    /// Asks the trainer to weigh `state` (which nothing here recomputes, and which leads
-    /// without a majority) against this peer's own anchor before it is adopted. Votes say
-    /// who holds a state, not whether it is any good: colluders that vote a made-up state
-    /// on a made-up parent win a tie between lineages (`Lane::leads_apart`). A state
-    /// worse on this peer's validation data is refused. Not a provable offence: nobody is
-    /// reported for it. (A state most voters hold is not weighed: after a partition the
-    /// majority's state may be worse than a minority peer's own, and the swarm must still
-    /// come together on it.)
-    fn ask_weigh(
-        &mut self,
-        offer: Offer,
-        state: FragmentState,
-        p: usize,
-        now: Millis,
-        out: &mut Vec<Output>,
-    ) {
-        let lane = &mut self.lanes[p];
-        if lane.weighing.as_ref().is_some_and(|w| w.offer.hash == offer.hash) {
-            return;
-        }
-        out.push(Output::Weigh {
-            fragment: p,
-            round: state.round,
-            hash: offer.hash,
-            anchor: state.anchor.clone(),
-            own: lane.state.anchor.clone(),
-        });
-        lane.state_fetch = Some(offer.hash);
-        lane.weighing = Some(Weighing { offer, state, asked_at: now });
-        self.metrics.weighed_states += 1;
-    }
-
-    /// The trainer's verdict on a state it weighed: adopted if no worse than this peer's
-    /// own by more than [`WORSE_MARGIN`] (or if it could not be weighed), else refused for
-    /// a period like a state too few voters back, and the next best state leads.
-    pub(super) fn on_weighed(
-        &mut self,
-        p: usize,
-        hash: ContentHash,
-        losses: Option<Losses>,
-        now: Millis,
-        out: &mut Vec<Output>,
-    ) {
-        let Some(lane) = self.lanes.get_mut(p) else { return };
-        if lane.weighing.as_ref().is_none_or(|w| w.offer.hash != hash) {
-            return;
-        }
-        let Some(Weighing { offer, state, .. }) = lane.weighing.take() else { return };
-        lane.state_fetch = None;
-        if losses.is_some_and(|l| !l.passes(WORSE_MARGIN)) {
-            self.metrics.worse_states += 1;
-            return self.refuse_state(offer.from, hash, now);
-        }
-        self.take(offer, state, p, out);
-    }
-
-    /// Frees a lane whose weighing was never answered within a period (a trainer that
-    /// stopped): its state is fetched again if it still leads.
-    pub(super) fn drop_stale_weighing(&mut self, p: usize, now: Millis) {
-        let period = self.settings.period_ms();
-        let lane = &mut self.lanes[p];
-        if lane.weighing.as_ref().is_some_and(|w| now >= w.asked_at.saturating_add(period)) {
-            lane.weighing = None;
-            lane.state_fetch = None;
-        }
     }
 
     /// Whether `state` (fetched as `offer`), which nothing held here recomputes yet, is to
@@ -456,7 +389,7 @@ impl Protocol {
     }
 
     /// Leaves state `hash`, served by `from`, for a period: the next best state leads.
-    fn refuse_state(&mut self, from: PeerId, hash: ContentHash, now: Millis) {
+    pub(super) fn refuse_state(&mut self, from: PeerId, hash: ContentHash, now: Millis) {
         self.metrics.refused(from);
         let until = now.saturating_add(self.settings.period_ms());
         self.block(hash, until);

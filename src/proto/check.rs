@@ -49,15 +49,6 @@ pub(crate) struct Offer {
     pub round: u64,
 }
 
-/// A fetched state the trainer is weighing ([`super::io::Output::Weigh`]).
-#[derive(Debug, Clone)]
-pub(crate) struct Weighing {
-    pub offer: Offer,
-    pub state: FragmentState,
-    /// When the trainer was asked: an answer that never comes frees the lane a period on.
-    pub asked_at: Millis,
-}
-
 /// A fetched state waiting for the deltas its log lists.
 #[derive(Debug, Clone)]
 pub(crate) struct Check {

@@ -137,7 +137,7 @@ impl Protocol {
     /// Says whether the executor answers [`Output::Weigh`] with [`Event::Weighed`] (a
     /// node with a trainer, the simulator). When it does, a fetched state that nothing
     /// here can recompute is adopted only if it is no worse than this peer's own on the
-    /// trainer's validation data ([`super::catchup::WORSE_MARGIN`]); votes alone decide
+    /// trainer's validation data ([`super::weigh::WORSE_MARGIN`]); votes alone decide
     /// otherwise.
     pub fn set_weighing(&mut self, on: bool) {
         self.weighs = on;

@@ -123,7 +123,7 @@ pub(crate) struct Lane {
     pub checked: Option<ContentHash>,
     /// The fetched state the trainer is weighing before it is adopted (`Output::Weigh`);
     /// `state_fetch` names it meanwhile, so it is not fetched again.
-    pub weighing: Option<super::check::Weighing>,
+    pub weighing: Option<super::weigh::Weighing>,
     /// The latest round of a vote this peer published for the fragment (a state
     /// announcement, or a contribution's base): others count that vote until a later one
     /// replaces it, so an adoption of a state of that round or an earlier one must be
