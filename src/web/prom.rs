@@ -229,6 +229,8 @@ fn training(enc: &mut DescriptorEncoder, t: &TrainingStatus) -> Fmt {
     counter(enc, "merges", "Rounds merged", t.merges)?;
     counter(enc, "skipped_rounds", "Rounds skipped", t.skipped)?;
     counter(enc, "adopted", "States adopted from the swarm", t.adopted)?;
+    let help = "States no majority held, weighed on the validation data before adoption";
+    counter(enc, "states_weighed", help, t.weighed)?;
     counter(enc, "foreign_messages", "Messages of another run manifest", t.foreign_messages)?;
     let rounds = t.round.iter().enumerate().map(|(i, r)| (i.to_string(), *r));
     family(
@@ -286,6 +288,7 @@ mod tests {
         t.refused_from.insert("12D3KooWr".into(), 4);
         t.payload_bytes.insert("state_fetched".into(), 7);
         (t.period, t.banked, t.unsent) = (vec![1, 4], 6, 2);
+        t.weighed = 5;
         board.set_status(true, stats, Some(t));
         let text = encode(&board).unwrap();
         for line in [
@@ -301,6 +304,7 @@ mod tests {
             "atoll_contribution_period{fragment=\"1\"} 4",
             "atoll_banked_snapshots_total 6",
             "atoll_unsent_snapshots_total 2",
+            "atoll_states_weighed_total 5",
             "atoll_reachability{state=\"private\"} 1",
             "atoll_reachability{state=\"public\"} 0",
             "atoll_links{kind=\"relayed\"} 1",
