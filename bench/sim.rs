@@ -211,9 +211,17 @@ fn sampling(
 /// minority of the credited voters. Per merge lag: the adoptions of states of no known
 /// lineage by honest peers, and the honest anchors' loss against the same seeds unattacked.
 fn vote_minority(peers: usize, sybils: usize, forged: Forgery, cycles: u64, seeds: u64) {
+    let args: Vec<String> = std::env::args().collect();
+    let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1));
+    // A lossy network (`--loss P`, each gossip message on `--gossip-paths K` paths) splits
+    // the honest peers into lineages of their own, where the tie between lineages decides;
+    // `--no-weigh`: trainers that do not weigh states (what weighing prevents).
+    let loss: f64 = value("--loss").and_then(|s| s.parse().ok()).unwrap_or(0.0);
+    let paths: i32 = value("--gossip-paths").and_then(|s| s.parse().ok()).unwrap_or(3);
+    let weigh = !args.iter().any(|a| a == "--no-weigh");
     let honest = peers - 1;
     println!(
-        "{honest} honest peers, 1 attacker + {sybils} Sybils ({forged:?}), {cycles} cycles, seeds 1..={seeds}"
+        "{honest} honest peers, 1 attacker + {sybils} Sybils ({forged:?}), {cycles} cycles, seeds 1..={seeds}, loss {loss} on {paths} gossip paths, weighing {weigh}"
     );
     println!("| merge lag | strict states | forged adoptions (all seeds) | seeds with one | honest loss, attacked (median) | unattacked (median) | weighed worse / weighed, attacked | unattacked |");
     println!("|---:|---|---:|---:|---:|---:|---:|---:|");
@@ -222,6 +230,7 @@ fn vote_minority(peers: usize, sybils: usize, forged: Forgery, cycles: u64, seed
             let mut cfg = SimConfig::new(peers, seed);
             cfg.settings.merge_lag = lag;
             cfg.settings.strict_states = strict;
+            (cfg.net.loss, cfg.net.gossip_paths, cfg.weigh_states) = (loss, paths, weigh);
             if hostile {
                 cfg.hostile = vec![(0, Attack::VoteTakeover { sybils, forged, earn_credit: true })];
             }

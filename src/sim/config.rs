@@ -30,6 +30,10 @@ pub struct SimConfig {
     pub batch_tokens: u64,
     /// Record every lineage's merged set (memory grows with peers × rounds × set size).
     pub track_lineage: bool,
+    /// The peers' trainers weigh the states they are asked to (`Output::Weigh`); when
+    /// false they answer "not weighed", as an executor without a trainer does, and
+    /// states go by their votes alone (to measure what weighing prevents).
+    pub weigh_states: bool,
     /// Hostile peers and their attacks ([`byzantine`](super::byzantine)); empty: an honest
     /// swarm.
     pub hostile: Vec<(usize, Attack)>,
@@ -101,6 +105,7 @@ impl SimConfig {
             heterogeneity: 0.2,
             batch_tokens: 1024,
             track_lineage: true,
+            weigh_states: true,
             hostile: Vec::new(),
             step_target: None,
         }

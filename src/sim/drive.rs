@@ -180,7 +180,7 @@ impl Sim {
                     self.stats.weighed_worse +=
                         u64::from(!losses.passes(crate::proto::WORSE_MARGIN));
                 }
-                let losses = Some(losses);
+                let losses = self.cfg.weigh_states.then_some(losses);
                 let event = Event::Weighed { fragment, hash, losses };
                 let at = self.slots[i].trainer.step_end(self.now);
                 self.queue.push(at, Ev::Proto { peer: i, inc, event });
