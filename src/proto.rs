@@ -98,7 +98,7 @@ pub use message::{
 pub use schedule::{Ema, Grace, Millis, Schedule};
 pub use settings::{MergeRule, RawSettings, Settings, SettingsError};
 pub use state::{FragmentState, StateError};
-pub use weigh::WORSE_MARGIN;
+pub use weigh::{POISON_MARGIN, WORSE_MARGIN};
 
 #[cfg(test)]
 pub(crate) mod tests;

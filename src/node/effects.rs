@@ -72,8 +72,9 @@ impl<N: super::Network> Loop<N> {
                 Output::Apply(a) => {
                     self.to_worker.push(ToWorker::Apply(a));
                 }
-                Output::Weigh { fragment, hash, anchor, own, .. } => {
-                    if !self.to_worker.push(ToWorker::Weigh { fragment, hash, anchor, own }) {
+                Output::Weigh { fragment, hash, anchor, own, margin, .. } => {
+                    let cmd = ToWorker::Weigh { fragment, hash, anchor, own, margin };
+                    if !self.to_worker.push(cmd) {
                         // No trainer any more: the state goes by its votes.
                         let ev = Event::Weighed { fragment, hash, losses: None };
                         let mut more = self.peer.handle(PeerEvent::Core(ev), self.now());

@@ -23,9 +23,9 @@ impl<N: super::Network> Loop<N> {
                 let effects = self.peer.handle(PeerEvent::Core(ev), self.now());
                 self.carry_out(effects).await;
             }
-            FromWorker::Weighed { fragment, hash, losses } => {
+            FromWorker::Weighed { fragment, hash, losses, margin } => {
                 tracing::debug!(fragment, %hash, loss = losses.offered, own = losses.own, "weighed a state");
-                if !losses.passes(crate::proto::WORSE_MARGIN) {
+                if !losses.passes(margin) {
                     tracing::info!(
                         fragment, %hash, loss = losses.offered, own = losses.own,
                         "refused the swarm's state: worse than this peer's own on its validation data"

@@ -71,17 +71,17 @@ impl WorkerOutbox {
                 }
                 Some(ToWorker::Apply(a))
             }
-            ToWorker::Weigh { fragment, hash, anchor, own } => {
+            ToWorker::Weigh { fragment, hash, anchor, own, margin } => {
                 // The core weighs one state per fragment at a time: a newer one replaces it.
                 for queued in &mut self.queue {
                     if let ToWorker::Weigh { fragment: f, .. } = queued {
                         if *f == fragment {
-                            *queued = ToWorker::Weigh { fragment, hash, anchor, own };
+                            *queued = ToWorker::Weigh { fragment, hash, anchor, own, margin };
                             return None;
                         }
                     }
                 }
-                Some(ToWorker::Weigh { fragment, hash, anchor, own })
+                Some(ToWorker::Weigh { fragment, hash, anchor, own, margin })
             }
             other => Some(other),
         }
@@ -187,6 +187,7 @@ mod tests {
             hash: crate::delta::ContentHash([h; 32]),
             anchor: vec![f32::from(h)],
             own: vec![0.0],
+            margin: 0.02,
         };
         assert!(out.push(ToWorker::Start));
         for (fragment, h) in [(0, 1), (1, 2), (0, 3), (0, 4)] {

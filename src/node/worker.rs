@@ -29,7 +29,7 @@ pub enum ToWorker {
     /// Answer with [`FromWorker::Weighed`]: the validation loss with the fragment set to
     /// `anchor` (a state offered for adoption), and set to `own` (this peer's anchor). The
     /// model's parameters are put back as they were.
-    Weigh { fragment: usize, hash: ContentHash, anchor: Vec<f32>, own: Vec<f32> },
+    Weigh { fragment: usize, hash: ContentHash, anchor: Vec<f32>, own: Vec<f32>, margin: f64 },
     /// Take the first inner step (a peer joining a running swarm is held until it holds
     /// the swarm's anchors).
     Start,
@@ -55,6 +55,8 @@ pub enum FromWorker {
         fragment: usize,
         hash: ContentHash,
         losses: Losses,
+        /// The margin it was asked with (`proto::Output::Weigh`).
+        margin: f64,
     },
     /// Progress after an inner step (sent when the channel has room; may be skipped).
     Step {
@@ -244,10 +246,10 @@ impl Worker {
                 out.send(msg).await.map_err(|_| "node stopped".to_string())
             }
             ToWorker::Apply(a) => apply(s, &a),
-            ToWorker::Weigh { fragment, hash, anchor, own } => {
+            ToWorker::Weigh { fragment, hash, anchor, own, margin } => {
                 let spec = s.plan.fragments.get(fragment).ok_or("weighing of no fragment")?;
                 let losses = weigh(&mut s.trainer, spec, &anchor, &own)?;
-                let msg = FromWorker::Weighed { fragment, hash, losses };
+                let msg = FromWorker::Weighed { fragment, hash, losses, margin };
                 out.send(msg).await.map_err(|_| "node stopped".to_string())
             }
             ToWorker::Finish | ToWorker::StopTraining | ToWorker::Start => Ok(()), // the loop's

@@ -9,6 +9,7 @@ use super::fetch::Kind;
 use super::io::{Offence, Output};
 use super::schedule::Millis;
 use super::state::FragmentState;
+use super::weigh::{POISON_MARGIN, WORSE_MARGIN};
 use super::PeerId;
 use crate::delta::ContentHash;
 use bytes::Bytes;
@@ -16,11 +17,12 @@ use rand::Rng;
 
 /// What becomes of a fetched state nothing here can recompute.
 enum Verdict {
-    /// Most of the voters back it: adopted.
+    /// Adopted.
     Take,
-    /// It leads without a majority: adopted if the trainer finds it no worse than this
-    /// peer's own (`Protocol::ask_weigh`).
-    Weigh,
+    /// Adopted if the trainer finds it no worse than this peer's own by more than this
+    /// margin (`Protocol::ask_weigh`): [`WORSE_MARGIN`] for a state no majority holds,
+    /// [`POISON_MARGIN`] for one most voters hold.
+    Weigh(f64),
     /// Being checked, or refused.
     Leave,
 }
@@ -266,8 +268,10 @@ impl Protocol {
             }
             Evidence::Unverifiable => match self.weigh_unverifiable(&offer, &state, p, now, out) {
                 Verdict::Take => {}
-                Verdict::Weigh if self.weighs => return self.ask_weigh(offer, state, p, now, out),
-                Verdict::Weigh => {}
+                Verdict::Weigh(margin) if self.weighs => {
+                    return self.ask_weigh(offer, state, margin, p, now, out)
+                }
+                Verdict::Weigh(_) => {}
                 Verdict::Leave => return,
             },
         }
@@ -355,6 +359,14 @@ impl Protocol {
         // run. Not for a peer without a lineage of its own (as above).
         let apart = strict && !joining && lane.leads_apart(round, hash, state);
         let tried = lane.checked == Some(hash);
+        // Most of the counted voters hold it. Still weighed, against a loose bound, by a
+        // peer with a trained state to lose: a peer that counts few voters (a lossy
+        // network, early in a run) can count more colluders than honest peers, and a
+        // poisoned state is far worse than any honest one. Not by a fresh joiner, whose own
+        // state is the run's initial one (nothing trained to lose; its join stays fast);
+        // by a peer that fell behind, which has.
+        let fresh = lane.state.round == 0;
+        let majority = if fresh { Verdict::Take } else { Verdict::Weigh(POISON_MARGIN) };
         if strict && lane.holds(state.parent) {
             // Made on a parent held here, it lacks only deltas: they are fetched and the
             // state checked again (src/proto/check.rs). One that cannot be checked is not
@@ -362,16 +374,16 @@ impl Protocol {
             // failed is, if most of every counted voter holds it (a minority of colluders
             // never does, whatever share of the round's votes so far is theirs).
             if tried && lane.votes.held_by_most(round, hash) {
-                return Verdict::Take;
+                return majority;
             }
         } else if backed || lineage {
-            return Verdict::Take;
+            return majority;
         } else if apart || (!joining && !strict) {
             // No majority holds it: it leads a split swarm's lineages, or (without strict
             // states) the plurality's votes. A tie between lineages goes to the smaller
             // parent hash, which colluders can make up, and a plurality is what two of
             // them reach in a swarm whose honest votes are spread: weighed first.
-            return Verdict::Weigh;
+            return Verdict::Weigh(WORSE_MARGIN);
         }
         // Otherwise checked first (a state one merge away from one held here is too), and
         // refused when it cannot be.

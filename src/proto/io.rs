@@ -159,7 +159,16 @@ pub enum Output {
     /// [`Event::Weighed`]; the trainer's own parameters stay as they were. Asked only of an
     /// executor that said it weighs ([`super::Protocol::weighing_states`]), once per offered
     /// state, before a state nothing here can recompute is adopted.
-    Weigh { fragment: usize, round: u64, hash: ContentHash, anchor: Vec<f32>, own: Vec<f32> },
+    /// `margin`: how much worse it may be and still be adopted ([`Losses::passes`]), for
+    /// the executor's logs.
+    Weigh {
+        fragment: usize,
+        round: u64,
+        hash: ContentHash,
+        anchor: Vec<f32>,
+        own: Vec<f32>,
+        margin: f64,
+    },
     /// The fragment's error-feedback residual now holds work of `round` that waits for
     /// this peer's slot (sampled contributions): keep it with the anchors, as after
     /// publishing, so a restart sends it.

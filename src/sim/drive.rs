@@ -163,7 +163,7 @@ impl Sim {
                 let at = self.slots[i].trainer.step_end(self.now);
                 self.queue.push(at, Ev::Snapshot { peer: i, inc, fragment, round });
             }
-            Output::Weigh { fragment, hash, anchor, own, .. } => {
+            Output::Weigh { fragment, hash, anchor, own, margin, .. } => {
                 // Answered between two steps, on the problem's global loss (the validation
                 // set every peer shares), plus the part no training removes: a language
                 // model's validation loss keeps the text's entropy, about a fifth of its
@@ -177,8 +177,7 @@ impl Sim {
                 let losses = crate::proto::Losses { offered, own };
                 if !self.byz.is_hostile(i) {
                     self.stats.weighed += 1;
-                    self.stats.weighed_worse +=
-                        u64::from(!losses.passes(crate::proto::WORSE_MARGIN));
+                    self.stats.weighed_worse += u64::from(!losses.passes(margin));
                 }
                 let losses = self.cfg.weigh_states.then_some(losses);
                 let event = Event::Weighed { fragment, hash, losses };

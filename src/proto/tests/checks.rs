@@ -348,6 +348,31 @@ fn a_majority_lineage_is_followed_once_it_settled_on_a_state() {
 }
 
 #[test]
+fn a_state_most_voters_hold_is_refused_only_when_far_worse() {
+    // The settled majority lineage's state of `a_majority_lineage_is_followed_...`: with
+    // an executor that weighs, a peer with a trained state weighs it against the loose
+    // margin (a peer counting few voters can count more colluders than honest peers).
+    for (offered, taken) in [(9.0, false), (2.0 * (1.0 + POISON_MARGIN) + 0.1, false), (5.0, true)]
+    {
+        let Split { mut p, mine, .. } = split();
+        p.set_weighing(true);
+        let (low, low_hash) = low_lineage(&mine);
+        for v in [2, 3, 4, 5] {
+            claim(&mut p, v, low_hash, &low, 2_200);
+        }
+        let out = reconcile_serving(&mut p, &low, 2_200);
+        let margin = out.iter().find_map(|o| match o {
+            Output::Weigh { hash, margin, .. } if *hash == low_hash => Some(*margin),
+            _ => None,
+        });
+        assert_eq!(margin, Some(POISON_MARGIN), "a majority's state was not weighed loosely");
+        let losses = Some(Losses { offered, own: 2.0 });
+        p.handle(Event::Weighed { fragment: 0, hash: low_hash, losses }, 2_300);
+        assert_eq!(p.state(0), if taken { &low } else { &mine }, "offered {offered}");
+    }
+}
+
+#[test]
 fn a_state_half_of_a_round_s_votes_hold_needs_most_of_every_voter() {
     // Thirteen counted voters: peer 1 and peers 2–6 on peer 1's lineage, each with its own
     // state; peer 7, whose vote for the round is still on its way; peers 8–13 holding one
