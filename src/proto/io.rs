@@ -157,8 +157,8 @@ pub enum Output {
     /// Evaluate `anchor` (of state `hash`, offered for adoption) and `own` (this peer's
     /// anchor of the fragment) on the trainer's validation data and answer with
     /// [`Event::Weighed`]; the trainer's own parameters stay as they were. Asked only of an
-    /// executor that said it weighs ([`super::Protocol::weighing_states`]), once per offered
-    /// state, before a state nothing here can recompute is adopted.
+    /// executor that said it weighs ([`super::Protocol::set_weighing`]), once per offered
+    /// state, before a state nothing here can recompute is adopted (src/proto/weigh.rs).
     /// `margin`: how much worse it may be and still be adopted ([`Losses::passes`]), for
     /// the executor's logs.
     Weigh {

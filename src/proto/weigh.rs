@@ -49,10 +49,8 @@ pub(crate) struct Weighing {
 
 impl Protocol {
     /// Asks the trainer to weigh `state`, fetched as `offer`, against this peer's own
-    /// anchor before it is adopted. Refusing it is not a provable offence: nobody is
-    /// reported for it. (A state most voters hold is not weighed: after a partition the
-    /// majority's state may be honestly worse than a minority peer's own, and the swarm
-    /// must still come together on it.)
+    /// anchor before it is adopted, to be no worse than `margin` allows. Refusing it is
+    /// not a provable offence: nobody is reported for it.
     pub(super) fn ask_weigh(
         &mut self,
         offer: Offer,
