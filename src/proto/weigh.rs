@@ -61,6 +61,9 @@ impl Protocol {
         out: &mut Vec<Output>,
     ) {
         let lane = &mut self.lanes[p];
+        // Named while it is weighed (an offer of it again, from a check that ended, must not
+        // free the lane for another fetch of it).
+        lane.state_fetch = Some(offer.hash);
         if lane.weighing.as_ref().is_some_and(|w| w.offer.hash == offer.hash) {
             return;
         }
@@ -72,7 +75,6 @@ impl Protocol {
             own: lane.state.anchor.clone(),
             margin,
         });
-        lane.state_fetch = Some(offer.hash);
         lane.weighing = Some(Weighing { offer, state, asked_at: now, margin });
         self.metrics.weighed_states += 1;
     }
